@@ -15,11 +15,12 @@ from .evaluate import evaluate
 from .io import write_dataset
 from .knobs import InferencePoint
 from .search import SearchResult, search
+from .sensitivity import sensitivity
 from .study import Study, load_study, parse_study
 from .sweep import sweep, sweep_to_file
 
 __all__ = [
     "__version__", "InferencePoint", "InputError", "SearchResult", "Study", "evaluate",
-    "load_hardware", "load_model", "load_study", "parse_study", "search", "sweep",
+    "load_hardware", "load_model", "load_study", "parse_study", "search", "sensitivity", "sweep",
     "sweep_to_file", "write_dataset",
 ]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+
+import numpy as np
 import time
 from pathlib import Path
 
@@ -59,6 +61,32 @@ def _cmd_search(args) -> int:
               f"(constraints: {', '.join(str(c) for c in result.config.constraints) or 'none'})",
               file=sys.stderr)
         return EXIT_INFEASIBLE
+    return 0
+
+
+def _cmd_sensitivity(args) -> int:
+    from .io import write_dataset
+    from .sensitivity import sensitivity
+    from .sensitivity.report import write_report
+    from .study import load_study
+    from .sweep import _progress_bar
+
+    study = load_study(args.study)
+    base = study.output.path or Path("results") / f"{study.name}.nc"
+    out = Path(args.output) if args.output else base.with_name(f"{base.stem}-sensitivity.nc")
+    if out.suffix not in (".nc", ".zarr"):
+        raise InputError("-o", str(out), "unsupported output extension",
+                         "a path ending in .nc or .zarr")
+    start = time.perf_counter()
+    ds = sensitivity(study, progress=_progress_bar(None if not args.quiet else False))
+    write_dataset(ds, out)
+    paths = write_report(ds, out)
+    n = int(ds.sizes.get("hw_param", 0))
+    points = int(np.prod([ds.sizes[a.name] for a in study.dims])) if study.dims else 1
+    print(f"{study.name}: {points:,} points x {n} hardware parameters in "
+          f"{time.perf_counter() - start:.3g} s")
+    print(f"wrote {out}, " + ", ".join(str(p) for p in list(paths.values())[:2])
+          + f" and {len(paths) - 2} tornado charts")
     return 0
 
 
@@ -147,6 +175,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(run=_cmd_search)
 
+    p = verbs.add_parser("sensitivity", help="elasticities of the metrics to each hardware "
+                         "parameter, what-ifs, inverse questions, report ([sensitivity])")
+    p.add_argument("study", help="study .toml file (a [sensitivity] section is optional)")
+    p.add_argument("-o", "--output", help="Dataset path (.nc or .zarr); the report (.md, .html, "
+                   "PNG) goes beside it (default: results/<name>-sensitivity.nc)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(run=_cmd_sensitivity)
+
     p = verbs.add_parser("hardware", help="list the hardware catalogue")
     p.add_argument("--json", action="store_true", help="print every field as JSON")
     p.set_defaults(run=_cmd_hardware)
@@ -163,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.verb in ("sweep", "search"):
+    if args.verb in ("sweep", "search", "sensitivity"):
         from .evaluate import enable_compilation_cache
 
         enable_compilation_cache()

@@ -10,7 +10,6 @@ to a fixed block length so the jitted function compiles once.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 from collections.abc import Iterator
 
@@ -113,50 +112,23 @@ def chunk_point(study: Study, chunk: Chunk):
     return study.point_type(**_derived(study, leaves))
 
 
+_DEPENDENCIES: dict[tuple, dict] = {}
+
+
 def dependencies(study: Study, names: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
-    """For each output, the axes it varies along.
+    """For each output, the axes it varies along (cached per axis layout)."""
+    key = (study.mode, tuple(a.name for a in study.dims), names, len(study.models),
+           len(study.hardware), study.dtype, study.features, study.values("usecase")
+           if "usecase" in fields(study.point_type) else None)
+    if key not in _DEPENDENCIES:
+        features = study.features
 
-    Found by tracing the evaluator's shapes once with every axis of length 2: an output
-    has length 2 along exactly the axes it depends on. Cached per axis layout.
-    """
-    dims = tuple(a.name for a in study.dims)
-    usecase = study.values("usecase") != (None,) if "usecase" in fields(study.point_type) else False
-    varies = _dependencies(study.mode, dims, tuple(sorted(study.fixed)), names,
-                           len(study.models), len(study.hardware), study.dtype, study.features,
-                           usecase)
-    return {name: tuple(d for d, v in zip(dims, varies[name]) if v) for name in names}
+        def fn(point, models, hardware):
+            return evaluate(point, models, hardware, study.mode, names, features)
 
-
-@functools.lru_cache(maxsize=64)
-def _dependencies(mode, dims, fixed, names, n_models, n_hardware, dtype_name, features, usecase):
-    from .knobs import POINT_TYPES
-
-    rank = len(dims)
-    dtype = np.float64 if dtype_name == "float64" else np.float32
-    leaves = {}
-    for key in dims + fixed:
-        shape = [1] * rank
-        if key in dims:
-            shape[dims.index(key)] = 2
-        if usecase and key in ("input_len", "output_len") and "usecase" in dims:
-            shape[dims.index("usecase")] = 2
-        leaves[key] = jax.ShapeDtypeStruct(
-            tuple(shape), np.int32 if key in INDEX_KEYS else dtype)
-    point = POINT_TYPES[mode](**leaves)
-    from .model import ModelSpec, FIELDS as MODEL_FIELDS
-    from .hardware import HardwareSpec, FIELDS as HW_FIELDS
-
-    models = ModelSpec(**{f: jax.ShapeDtypeStruct((n_models,), dtype) for f in MODEL_FIELDS})
-    hardware = HardwareSpec(**{f: jax.ShapeDtypeStruct((n_hardware,), dtype) for f in HW_FIELDS})
-    with jax.enable_x64(dtype_name == "float64"):
-        shapes = jax.eval_shape(lambda p, m, h: evaluate(p, m, h, mode, names, features),
-                                point, models, hardware)
-    out = {}
-    for name in names:
-        extra = len(OUTPUTS[mode][name].dims)
-        shape = shapes[name].shape[extra:]
-        out[name] = tuple(n == 2 for n in (1,) * (rank - len(shape)) + shape)
-    return out
+        _DEPENDENCIES[key] = function_dependencies(
+            study, fn, {n: len(OUTPUTS[study.mode][n].dims) for n in names})
+    return _DEPENDENCIES[key]
 
 
 def run(study: Study, names: tuple[str, ...] | None = None, progress=None
@@ -166,8 +138,55 @@ def run(study: Study, names: tuple[str, ...] | None = None, progress=None
     ``progress`` is a callable wrapping the chunk iterator (e.g. ``tqdm``), or None.
     """
     names = names or study.variables
-    deps = dependencies(study, names)
     features = study.features
+
+    def fn(point, models, hardware):
+        return evaluate(point, models, hardware, study.mode, names, features)
+
+    extra = {n: len(OUTPUTS[study.mode][n].dims) for n in names}
+    return run_function(study, fn, extra, dependencies(study, names), progress)
+
+
+def template_point(study: Study):
+    """Abstract knob pytree with every axis of length 2 (for dependency tracing)."""
+    rank = len(study.dims)
+    dims = [a.name for a in study.dims]
+    usecase = "usecase" in dims and study.values("usecase") != (None,)
+    leaves = {}
+    for key in fields(study.point_type):
+        shape = [1] * rank
+        if key in dims:
+            shape[dims.index(key)] = 2
+        if usecase and key in ("input_len", "output_len"):
+            shape[dims.index("usecase")] = 2
+        leaves[key] = jax.ShapeDtypeStruct(
+            tuple(shape), np.int32 if key in INDEX_KEYS else _dtype(study))
+    return study.point_type(**leaves)
+
+
+def function_dependencies(study: Study, fn, extra: dict[str, int]) -> dict[str, tuple[str, ...]]:
+    """The axes each output of ``fn`` varies along (a shape trace with axes of length 2)."""
+    models, hardware = tables(study)
+    spec = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
+                                  (models, hardware))
+    with jax.enable_x64(study.dtype == "float64"):
+        shapes = jax.eval_shape(fn, template_point(study), *spec)
+    dims = [a.name for a in study.dims]
+    out = {}
+    for name, k in extra.items():
+        shape = shapes[name].shape[k:]
+        shape = (1,) * (len(dims) - len(shape)) + shape
+        out[name] = tuple(d for d, n in zip(dims, shape) if n == 2)
+    return out
+
+
+def run_function(study: Study, fn, extra: dict[str, int], deps: dict[str, tuple[str, ...]],
+                 progress=None) -> tuple[dict[str, np.ndarray], dict[str, tuple[str, ...]]]:
+    """Run ``fn(point, models, hardware) -> {name: array}`` over the grid in blocks.
+
+    Each output leads with ``extra[name]`` axes of its own, then the grid axes it
+    depends on (``deps``); blocks are assembled into arrays over those axes.
+    """
     models, hardware = tables(study)
     dims = [a.name for a in study.dims]
     chunks = plan(study.shape, study.output.chunk_points)
@@ -177,13 +196,11 @@ def run(study: Study, names: tuple[str, ...] | None = None, progress=None
         iterator = progress(iterator, total=len(chunks))
     with jax.enable_x64(study.dtype == "float64"):
         for chunk in iterator:
-            out = evaluate(chunk_point(study, chunk), models, hardware, study.mode, names,
-                           features)
+            out = fn(chunk_point(study, chunk), models, hardware)
             single = len(chunks) == 1 and chunk.stop - chunk.start == chunk.length
-            for name in names:
+            for name, n_extra in extra.items():
                 array = np.asarray(out[name])
-                extra = len(OUTPUTS[study.mode][name].dims)
-                lead, grid_shape = array.shape[:extra], array.shape[extra:]
+                lead, grid_shape = array.shape[:n_extra], array.shape[n_extra:]
                 grid_shape = (1,) * (len(dims) - len(grid_shape)) + grid_shape
                 keep = [i for i, d in enumerate(dims) if d in deps[name]]
                 array = array.reshape(lead + tuple(grid_shape[i] for i in keep))
@@ -193,7 +210,7 @@ def run(study: Study, names: tuple[str, ...] | None = None, progress=None
                 if name not in results:
                     shape = list(lead) + [study.shape[i] for i in keep]
                     results[name] = np.empty(shape, array.dtype)
-                target, source = [slice(None)] * extra, [slice(None)] * extra
+                target, source = [slice(None)] * n_extra, [slice(None)] * n_extra
                 for i in keep:
                     if i < chunk.axis:
                         target.append(slice(chunk.outer[i], chunk.outer[i] + 1))

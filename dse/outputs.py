@@ -65,6 +65,8 @@ INFERENCE = Registry({
                               dims=BREAKDOWN_DIMS, feature="breakdown"),
     "component_bound": Output("1", "binding roof per component and phase", "codes",
                               dims=BREAKDOWN_DIMS, feature="breakdown"),
+    "bound_signature": Output("1", "binding roof of every component, base-4 digits "
+                              "(component_bound codes)", "codes", optional=True, dims=("phase",)),
     "valid": Output("1", "feasible configuration", "bool"),
     "reason": Output("1", "why the configuration is infeasible", "flags"),
 })

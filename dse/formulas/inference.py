@@ -235,7 +235,22 @@ def inference(m: ModelSpec, rates: Rates, capacity, w: Workload, par: Parallel, 
         out["serving_throughput_tok_s"] = jnp.where(out["max_batch"] >= 1.0, steady, 0.0)
     if "breakdown" in features:
         out.update(_breakdown(t["prefill"], t["decode"]))
+    if "bound_signature" in names:
+        out["bound_signature"] = jnp.stack(jnp.broadcast_arrays(
+            _signature(t["prefill"]), _signature(t["decode"])))
     return out
+
+
+def _bound(time, compute, memory, comm):
+    """0 compute, 1 memory, 2 communication, 3 absent (the component_bound codes)."""
+    return jnp.where(time > 0.0, jnp.where(comm > 0.0, 2, jnp.where(compute >= memory, 0, 1)), 3)
+
+
+def _signature(phase: dict):
+    """Every component's binding roof in one integer: sum_i code_i 4^i (26 bits)."""
+    codes = [_bound(p.time, p.compute, p.memory, p.comm) for p in
+             (phase.get(c, parts.ZERO) for c in COMPONENTS)]
+    return sum(jnp.asarray(code, jnp.uint32) * jnp.uint32(4 ** i) for i, code in enumerate(codes))
 
 
 def _breakdown(prefill: dict, decode: dict) -> dict:
@@ -249,7 +264,6 @@ def _breakdown(prefill: dict, decode: dict) -> dict:
         return jnp.stack([jnp.stack([jnp.broadcast_to(x, shape) for x in r]) for r in table[f]])
 
     time, compute, mem, comm_s = stack("time"), stack("compute"), stack("memory"), stack("comm")
-    bound = jnp.where(comm_s > 0.0, 2, jnp.where(compute >= mem, 0, 1))
-    bound = jnp.where(time > 0.0, bound, 3).astype(jnp.uint8)
+    bound = _bound(time, compute, mem, comm_s).astype(jnp.uint8)
     return dict(component_s=time, component_flops=stack("flops"), component_bytes=stack("bytes"),
                 component_bound=bound)

@@ -1,0 +1,143 @@
+"""The ``[sensitivity]`` section: which metrics, which hardware parameters, what to ask.
+
+```toml
+[sensitivity]
+metrics = ["ttft_s", "tpot_s", "throughput_tok_s"]   # default: latency and throughput
+params = ["hbm_bw", "peak_flops_16", "intra_bw"]      # default: all (see PARAMS)
+delta = 0.1                                           # the what-if step, +-10%
+inverse = [{ param = "hbm_bw", goal = "tpot_s <= 0.03" }]
+mix = { usecase = { chat = 0.7, summarization = 0.3 } }   # weights over study axes
+```
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..errors import InputError, suggest
+from ..outputs import OUTPUTS
+from ..search.config import Constraint, parse_constraint
+from ..study import Study
+
+KEYS = {"metrics", "params", "delta", "inverse", "mix"}
+DEFAULT_METRICS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s")
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """A hardware parameter: where it lives and what it is."""
+
+    name: str
+    source: str  # "hardware" (a HardwareSpec field) or "point" (a knob)
+    field: str
+    units: str
+    long_name: str
+    knob: str | None = None  # the what-if knob that scales it (for inverse questions)
+
+
+PARAMS = {p.name: p for p in [
+    Param("hbm_bw", "hardware", "hbm_bw_bytes_per_s", "bytes/s", "memory bandwidth",
+          "hbm_bw_scale"),
+    Param("peak_flops_32", "hardware", "flops_per_s_32", "FLOP/s", "32-bit (vector) peak"),
+    Param("peak_flops_16", "hardware", "flops_per_s_16", "FLOP/s", "16-bit matrix peak"),
+    Param("peak_flops_8", "hardware", "flops_per_s_8", "FLOP/s", "8-bit matrix peak"),
+    Param("peak_flops_4", "hardware", "flops_per_s_4", "FLOP/s", "4-bit matrix peak"),
+    Param("intra_bw", "hardware", "intra_bw_bytes_per_s", "bytes/s", "intra-node link bandwidth"),
+    Param("intra_latency", "hardware", "intra_latency_s", "s", "intra-node link latency"),
+    Param("inter_bw", "hardware", "inter_bw_bytes_per_s", "bytes/s", "inter-node bandwidth"),
+    Param("inter_latency", "hardware", "inter_latency_s", "s", "inter-node latency"),
+    Param("memory", "hardware", "memory_bytes", "bytes", "memory capacity", "memory_scale"),
+    Param("flops_efficiency", "point", "flops_efficiency", "1", "achieved fraction of peak FLOP/s"),
+    Param("hbm_efficiency", "point", "hbm_efficiency", "1", "achieved fraction of bandwidth"),
+    Param("link_efficiency", "point", "link_efficiency", "1", "achieved fraction of link bandwidth"),
+]}
+# whole-device what-ifs for inverse questions (several fields at once)
+INVERSE = {"hbm_bw": "hbm_bw_scale", "tflops": "tflops_scale", "link_bw": "link_bw_scale",
+           "memory": "memory_scale"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Inverse:
+    param: str  # a key of INVERSE
+    goal: Constraint
+
+    @property
+    def label(self) -> str:
+        return f"{self.goal} by {self.param}"
+
+
+@dataclasses.dataclass(frozen=True)
+class SensitivityConfig:
+    metrics: tuple[str, ...]
+    params: tuple[str, ...]
+    delta: float
+    inverse: tuple[Inverse, ...]
+    mix: dict[str, dict]
+
+
+def parse_sensitivity(study: Study) -> SensitivityConfig:
+    file = study.file
+    raw = study.sections.get("sensitivity", {})
+    if not isinstance(raw, dict):
+        raise InputError(file, "[sensitivity]", "must be a table", "a [sensitivity] section")
+    for key in raw:
+        if key not in KEYS:
+            raise InputError(file, f"sensitivity.{key}", "unknown key" + suggest(key, KEYS),
+                             ", ".join(sorted(KEYS)))
+    outputs = OUTPUTS[study.mode]
+    numeric = [k for k, v in outputs.items() if v.kind == "float" and not v.dims]
+    metrics = raw.get("metrics", list(DEFAULT_METRICS))
+    if not isinstance(metrics, list) or not metrics:
+        raise InputError(file, "sensitivity.metrics", f"value {metrics!r} is not valid",
+                         "a non-empty list of numeric outputs")
+    for m in metrics:
+        if m not in numeric:
+            raise InputError(file, "sensitivity.metrics", f"{m!r} is not a numeric output"
+                             + suggest(str(m), numeric), ", ".join(numeric))
+    params = raw.get("params", list(PARAMS))
+    if not isinstance(params, list) or not params:
+        raise InputError(file, "sensitivity.params", f"value {params!r} is not valid",
+                         "a non-empty list of hardware parameters")
+    for p in params:
+        if p not in PARAMS:
+            raise InputError(file, "sensitivity.params", f"unknown parameter {p!r}"
+                             + suggest(str(p), PARAMS), ", ".join(PARAMS))
+    delta = raw.get("delta", 0.1)
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
+        raise InputError(file, "sensitivity.delta", f"value {delta!r} is not valid",
+                         "a fraction in (0, 1), e.g. 0.1 for +-10%")
+    inverse = []
+    for i, q in enumerate(raw.get("inverse", [])):
+        key = f"sensitivity.inverse[{i}]"
+        if not isinstance(q, dict) or set(q) != {"param", "goal"}:
+            raise InputError(file, key, f"value {q!r} is not valid",
+                             '{ param = "hbm_bw", goal = "tpot_s <= 0.03" }')
+        if q["param"] not in INVERSE:
+            raise InputError(file, f"{key}.param", f"unknown parameter {q['param']!r}",
+                             ", ".join(INVERSE))
+        goal = parse_constraint(q["goal"], file, outputs)
+        if goal.bound is None and goal.variable != "fits":
+            raise InputError(file, f"{key}.goal", f"{q['goal']!r} cannot be met by a resource",
+                             "'METRIC <= NUMBER', 'METRIC >= NUMBER' or 'fits'")
+        inverse.append(Inverse(q["param"], goal))
+    mix = raw.get("mix", {})
+    axes = {a.name: a for a in study.dims}
+    if not isinstance(mix, dict):
+        raise InputError(file, "sensitivity.mix", f"value {mix!r} is not valid",
+                         "a table of axis = { value = weight, ... }")
+    for axis, weights in mix.items():
+        if axis not in axes:
+            raise InputError(file, f"sensitivity.mix.{axis}", "not an axis of the study",
+                             ", ".join(axes))
+        if not isinstance(weights, dict) or not weights:
+            raise InputError(file, f"sensitivity.mix.{axis}", f"value {weights!r} is not valid",
+                             "a table of axis value = weight")
+        labels = {str(v): v for v in axes[axis].values}
+        for label, w in weights.items():
+            if label not in labels:
+                raise InputError(file, f"sensitivity.mix.{axis}.{label}",
+                                 "not a value of the axis", ", ".join(labels))
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0:
+                raise InputError(file, f"sensitivity.mix.{axis}.{label}",
+                                 f"weight {w!r} is not valid", "a non-negative number")
+    return SensitivityConfig(tuple(metrics), tuple(params), float(delta), tuple(inverse), mix)

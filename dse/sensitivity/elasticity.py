@@ -1,0 +1,118 @@
+"""Elasticities d log(metric) / d log(parameter) through the one jitted evaluator.
+
+Each parameter is scaled by a multiplier: parameter p of the point's device (or a knob
+such as an efficiency) becomes p x u_p. At u = 1, dm/du_p = dm/dlog p, so a forward-mode
+JVP along the unit vector e_p gives the elasticity after division by m, at every grid
+point at once; ``vmap`` over the unit vectors gives all parameters in one compiled call.
+
+The roofline max is not differentiable where two roofs tie; JAX would return the
+0.5/0.5 average there. dse takes one-sided derivatives instead, as JVPs at
+u = 1 +- eps e_p, and reports the elasticity only where they agree (NaN otherwise, with
+the two sides in ``<metric>_up`` / ``<metric>_down`` and ``kink_at_point`` set).
+
+Beside the derivative: the exact re-evaluation at u = 1 +- delta e_p, and a ``kink``
+flag where the binding roof of any component (compute, memory, communication) or the
+feasibility changes between the two, so the linear prediction cannot be trusted there.
+
+Memory capacity acts only through discrete outputs (fits, max_batch): its entry is the
+central finite difference over +-delta, not a derivative (continuous metrics have
+elasticity 0 to it, which the finite difference also shows).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from ..evaluate import evaluate
+from .config import PARAMS
+
+EPS = {"float64": 1e-7, "float32": 1e-3}
+
+
+def scaled_evaluate(u, point, models, hardware, params, mode, names, features):
+    """The evaluator with parameter ``params[i]`` multiplied by ``u[i]``."""
+    hw_updates, point_updates = {}, {}
+    for i, name in enumerate(params):
+        param = PARAMS[name]
+        if param.source == "hardware":
+            hw_updates[param.field] = getattr(hardware, param.field) * u[i]
+        else:
+            point_updates[param.field] = getattr(point, param.field) * u[i]
+    hardware = dataclasses.replace(hardware, **hw_updates)
+    point = dataclasses.replace(point, **point_updates)
+    return evaluate(point, models, hardware, mode, names, features)
+
+
+class Spec(NamedTuple):
+    """What to compute (static: hashable, part of the compilation key)."""
+
+    mode: str
+    metrics: tuple[str, ...]
+    params: tuple[str, ...]
+    delta: float
+    eps: float
+    features: frozenset
+
+
+@functools.partial(jax.jit, static_argnames=("spec",))
+def sensitivities(point, models, hardware, spec: Spec) -> dict:
+    """Every sensitivity output for one block of points; outputs lead with hw_param."""
+    metrics, params, delta, eps = spec.metrics, spec.params, spec.delta, spec.eps
+    n = len(params)
+    dtype = jnp.result_type(point.hbm_bw_scale)
+    eye = jnp.eye(n, dtype=dtype)
+    ones = jnp.ones(n, dtype)
+    rows = jnp.ones((n, n), dtype)  # row p: every multiplier 1 ...
+    mode, features = spec.mode, spec.features
+
+    base = scaled_evaluate(ones, point, models, hardware, params, mode, metrics + ("valid",),
+                           features)
+
+    # exact what-ifs at 1 +- delta, with every component's binding roof
+    whatif_names = metrics + ("valid", "bound_signature")
+
+    def whatif(u):
+        return scaled_evaluate(u, point, models, hardware, params, mode, whatif_names, features)
+
+    plus = jax.vmap(whatif)(rows + delta * eye)  # ... but parameter p at 1 + delta
+    minus = jax.vmap(whatif)(rows - delta * eye)
+
+    # one-sided derivatives: JVPs along e_p at 1 +- eps e_p
+    def slope(u, direction):
+        f = lambda v: scaled_evaluate(v, point, models, hardware, params, mode, metrics,
+                                      features)
+        value, tangent = jax.jvp(f, (u,), (direction,))
+        return {m: tangent[m] * jnp.dot(u, direction) / value[m] for m in metrics}
+
+    up = jax.vmap(slope)(rows + eps * eye, eye)
+    down = jax.vmap(slope)(rows - eps * eye, eye)
+    if "memory" in params:  # a discrete effect: central finite difference over +-delta
+        i = params.index("memory")
+        fd = {m: (jnp.log(plus[m][i]) - jnp.log(minus[m][i]))
+              / (jnp.log1p(delta) - jnp.log1p(-delta)) for m in metrics}
+        up = {m: up[m].at[i].set(fd[m]) for m in metrics}
+        down = {m: down[m].at[i].set(fd[m]) for m in metrics}
+
+    out = {}
+    split = jnp.zeros((), bool)
+    for m in metrics:
+        agree = jnp.abs(up[m] - down[m]) <= 1e-3 * jnp.maximum(jnp.abs(up[m]), 1e-3)
+        split = split | ~agree
+        out[m] = jnp.where(agree, 0.5 * (up[m] + down[m]), jnp.nan)
+        out[m + "_up"], out[m + "_down"] = up[m], down[m]
+        out[m + "_plus"] = plus[m] / base[m][None] - 1.0
+        out[m + "_minus"] = minus[m] / base[m][None] - 1.0
+        # the linear prediction dm/m = e x (+-delta), each side with its own slope
+        out[m + "_linear_plus"] = up[m] * delta
+        out[m + "_linear_minus"] = -down[m] * delta
+        out["base_" + m] = base[m]
+    out["kink"] = (jnp.any(plus["bound_signature"] != minus["bound_signature"], axis=1)
+                   | (plus["valid"] != minus["valid"]))
+    out["kink_at_point"] = split
+    shape = jnp.broadcast_shapes(*(jnp.shape(v) for k, v in out.items() if not k.startswith("base_")))
+    return {k: v if k.startswith("base_") else jnp.broadcast_to(v, shape) for k, v in out.items()}
