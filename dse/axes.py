@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InputError, suggest
-from .knobs import KINDS
+from .knobs import KINDS, OPTIMIZERS, RECOMPUTE
 
 _RANGE_KEYS = {"start", "stop", "step", "num", "log", "factor"}
 _MAX_RANGE = 10_000_000
@@ -42,6 +42,24 @@ def check_scalar(value: Any, kind: str, file, key: str) -> Any:
             raise InputError(file, key, f"unknown use case {value!r}" + suggest(value, USECASES),
                              ", ".join(USECASES))
         return value
+    if kind == "recompute":
+        if value not in RECOMPUTE:
+            raise InputError(file, key, f"value {value!r} is not valid"
+                             + suggest(str(value), RECOMPUTE), allowed)
+        return value
+    if kind == "optimizer":
+        if isinstance(value, str):
+            if value not in OPTIMIZERS:
+                raise InputError(file, key, f"unknown optimizer {value!r}"
+                                 + suggest(value, OPTIMIZERS), allowed)
+            return value
+        if not _number(value) or not math.isfinite(value) or value < 0:
+            raise InputError(file, key, f"value {value!r} is not valid", allowed)
+        return value
+    if kind == "zero":
+        if not _number(value) or value not in (0, 1, 2, 3):
+            raise InputError(file, key, f"value {value!r} is not valid", allowed)
+        return int(value)
     if kind == "flag":
         if not isinstance(value, bool):
             raise InputError(file, key, f"value {value!r} is not valid", allowed)
@@ -120,7 +138,7 @@ def expand_range(spec: dict, kind: str, file, key: str) -> list:
 def parse_axis(raw: Any, kind: str, file, key: str) -> tuple[bool, list]:
     """(is_axis, values): a list or range is an axis; a scalar is a fixed value."""
     if isinstance(raw, dict):
-        if kind in ("model", "hardware", "flag", "usecase"):
+        if kind in ("model", "hardware", "flag", "usecase", "recompute", "optimizer"):
             raise InputError(file, key, "ranges apply to numeric keys only", KINDS[kind])
         values = expand_range(raw, kind, file, key)
         return True, [check_scalar(v, kind, file, key) for v in values]

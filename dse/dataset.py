@@ -34,10 +34,8 @@ def provenance(study: Study) -> dict:
 def coords(study: Study) -> dict:
     out = {}
     for axis in study.dims:
-        values = np.asarray(axis.values, dtype=object if axis.name in ("model", "hardware")
-                            else None)
-        if values.dtype == object:
-            values = values.astype(str)
+        text = any(isinstance(v, str) for v in axis.values)
+        values = np.asarray([str(v) for v in axis.values] if text else axis.values)
         out[axis.name] = xr.Variable(axis.name, values, knob_attrs(study, axis.name))
     for key, value in study.fixed.items():
         if value is None:

@@ -15,9 +15,10 @@ from .formulas.attention import Precision
 from .formulas.inference import Power, Speculation, Workload, inference
 from .formulas.operators import stored_bits
 from .formulas.roofline import Rates, compute_width, peak_at_width
+from .formulas.training import Bits, Job, Layout, Schedule, training
 from .formulas.transformer import Options, Parallel
 from .hardware import HardwareSpec
-from .knobs import InferencePoint
+from .knobs import InferencePoint, TrainingPoint
 from .model import ModelSpec
 from .outputs import OUTPUTS, REASON_BITS
 
@@ -103,7 +104,59 @@ def _evaluate_inference(p: InferencePoint, models: ModelSpec, hardware: Hardware
     return out
 
 
-_EVALUATORS = {"inference": _evaluate_inference}
+def _reason_code(flags) -> jnp.ndarray:
+    code = jnp.uint8(0)
+    for flag, name in flags:
+        code = code | jnp.where(flag, jnp.uint8(REASON_BITS[name]), jnp.uint8(0))
+    return code
+
+
+def training_reasons(m: ModelSpec, p: TrainingPoint, dp, global_batch, fits):
+    etp = p.tp * dp / p.ep
+    ep_ok = (p.ep == 1.0) | ((m.n_experts > 0.0) & _divides(p.ep, m.n_experts)
+                             & _divides(p.ep, p.tp * dp) & _divides(etp, m.d_ff_expert))
+    micro_batches = global_batch / (p.micro_batch * dp)
+    interleaved = p.virtual_stages > 1.0
+    schedule_bad = (interleaved & ((p.pp == 1.0) | ~_divides(p.pp * p.virtual_stages, m.n_layers)
+                                   | ~_divides(p.pp, micro_batches))
+                    | ((p.cp > 1.0) & ~_divides(2.0 * p.cp, p.seq_len)))
+    return _reason_code([
+        (~_tp_ok(m, p.tp), "tp_indivisible"),
+        (p.pp > m.n_layers, "pp_exceeds_layers"),
+        (~fits, "oom"),
+        (p.seq_len > m.max_seq_len, "context_too_long"),
+        (~ep_ok, "ep_indivisible"),
+        (~_divides(p.micro_batch * dp, global_batch), "batch_indivisible"),
+        ((p.num_devices > 0.0) & ~_divides(p.tp * p.pp * p.cp, p.num_devices),
+         "devices_indivisible"),
+        (schedule_bad, "schedule_indivisible"),
+    ])
+
+
+def _evaluate_training(p: TrainingPoint, models: ModelSpec, hardware: HardwareSpec,
+                       features: frozenset, names: frozenset) -> dict:
+    m = take(models, p.model)
+    hw = take(hardware, p.hardware)
+    dp = jnp.where(p.num_devices > 0.0,
+                   jnp.maximum(jnp.floor(p.num_devices / (p.tp * p.pp * p.cp)), 1.0), p.dp)
+    global_batch = jnp.where(p.global_batch > 0.0, p.global_batch, p.micro_batch * dp)
+    rates = achieved_rates(hw, p, p.weight_bits, p.act_bits, p.act_bits)
+    peaks = (hw.flops_per_s_4, hw.flops_per_s_8, hw.flops_per_s_16, hw.flops_per_s_32)
+    peak = peak_at_width(compute_width(jnp.maximum(p.weight_bits, p.act_bits)), *peaks)
+    capacity = hw.memory_bytes * p.memory_scale * (1.0 - p.memory_reserve)
+    out = training(
+        m, rates, capacity, peak * p.tflops_scale, hw.price_usd_per_s,
+        Job(global_batch, p.micro_batch, p.seq_len, p.total_tokens),
+        Layout(p.tp, p.pp, dp, p.ep, p.cp, p.virtual_stages, p.sequence_parallel),
+        Bits(p.weight_bits, p.grad_bits, p.master_weight_bits, p.act_bits, p.optimizer),
+        Schedule(p.zero_stage, p.recompute, p.flash_attention, p.dropout, p.tp_overlap,
+                 p.dp_overlap, p.pp_overlap), features, names)
+    out["reason"] = training_reasons(m, p, dp, global_batch, out["fits"])
+    out["valid"] = out["reason"] == 0
+    return out
+
+
+_EVALUATORS = {"inference": _evaluate_inference, "training": _evaluate_training}
 
 
 @functools.partial(jax.jit, static_argnames=("mode", "names", "features"))

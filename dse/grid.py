@@ -18,7 +18,7 @@ import numpy as np
 
 from . import hardware as hw_mod, model as model_mod
 from .evaluate import evaluate
-from .knobs import fields
+from .knobs import OPTIMIZERS, RECOMPUTE, fields
 from .outputs import OUTPUTS
 from .study import Study
 from .usecases import USECASES
@@ -80,6 +80,11 @@ def _encode(study: Study, key: str, values) -> np.ndarray:
     if key == "usecase":
         return np.asarray([list(USECASES).index(v) if v is not None else -1 for v in values],
                           np.int32)
+    if key == "recompute":
+        return np.asarray([RECOMPUTE.index(v) for v in values], _dtype(study))
+    if key == "optimizer":
+        return np.asarray([OPTIMIZERS[v] if isinstance(v, str) else float(v) for v in values],
+                          _dtype(study))
     return np.asarray([float(v) for v in values], _dtype(study))
 
 

@@ -35,7 +35,22 @@ KINDS = {
     "fraction": "a number in (0, 1]",
     "scale": "a positive number",
     "flag": "true or false",
+    "zero": "a ZeRO stage: 0, 1, 2 or 3",
+    "recompute": "one of \"none\", \"selective\", \"full\"",
+    "optimizer": "an optimizer name (adamw, adam, adam_8bit, lion, sgd_momentum, sgd, "
+                 "adafactor) or its state bytes per parameter (a number >= 0)",
 }
+
+# Activation recomputation strategies (Korthikanti et al. 2022), encoded as indices.
+RECOMPUTE = ("none", "selective", "full")
+
+# Optimizer state bytes per parameter, master weights excluded (those follow
+# master_weight_bits): Adam/AdamW keep two fp32 moments (Kingma & Ba 2015); 8-bit Adam
+# two 1-byte moments (Dettmers et al. 2022, block scales ignored); Lion and SGD with
+# momentum one fp32 moment; Adafactor's factored second moment is O(rows + cols)
+# (Shazeer & Stern 2018), counted as 0 per parameter.
+OPTIMIZERS = {"adamw": 8.0, "adam": 8.0, "adam_8bit": 2.0, "lion": 4.0,
+              "sgd_momentum": 4.0, "sgd": 0.0, "adafactor": 0.0}
 
 
 @jax.tree_util.register_dataclass
@@ -89,7 +104,63 @@ class InferencePoint:
     power_network: Any = knob(0.1, "unit", "share of TDP drawn while communicating")
 
 
-POINT_TYPES = {"inference": InferencePoint}
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class TrainingPoint:
+    """One training job (or a broadcast grid / batch of them)."""
+
+    model: Any = knob(None, "model", "model architecture")
+    hardware: Any = knob(None, "hardware", "device type")
+    global_batch: Any = knob(0, "int0", "sequences per optimizer step (0: micro_batch x dp, "
+                             "no gradient accumulation)", "sequences", "global batch")
+    micro_batch: Any = knob(1, "int", "sequences per micro-batch per replica", "sequences")
+    seq_len: Any = knob(2048, "int", "tokens per training sequence", "tokens",
+                        "sequence length")
+    tp: Any = knob(1, "int", "tensor-parallel degree", "devices")
+    pp: Any = knob(1, "int", "pipeline-parallel degree (stages)", "devices")
+    dp: Any = knob(1, "int", "data-parallel replicas (derived when num_devices > 0)", "replicas")
+    ep: Any = knob(1, "int", "expert-parallel degree (MoE; devices from tp x dp)", "devices")
+    cp: Any = knob(1, "int", "context-parallel degree (ring attention over the sequence)",
+                   "devices")
+    num_devices: Any = knob(0, "int0", "devices in the job; dp = num_devices / (tp pp cp) "
+                            "(0: use dp)", "devices")
+    sequence_parallel: Any = knob(False, "flag", "sequence parallelism (Korthikanti et al. "
+                                  "2022): norms and dropout sharded over tp")
+    zero_stage: Any = knob(0, "zero", "ZeRO stage: 1 shards optimizer states, 2 also "
+                           "gradients, 3 also parameters, over data parallelism")
+    recompute: Any = knob("none", "recompute", "activation recomputation")
+    virtual_stages: Any = knob(1, "int", "model chunks per pipeline device (interleaved "
+                               "1F1B when > 1)", "1")
+    optimizer: Any = knob("adamw", "optimizer", "optimizer (state bytes per parameter)",
+                          "bytes")
+    weight_bits: Any = knob(16, "bits", "bits per stored (working) weight", "bit")
+    grad_bits: Any = knob(16, "bits", "bits per stored gradient", "bit")
+    master_weight_bits: Any = knob(32, "bits", "bits per master weight kept by the "
+                                   "optimizer (no copy when <= weight_bits)", "bit")
+    act_bits: Any = knob(16, "compute_bits", "bits per activation (sets the compute dtype)",
+                         "bit")
+    flash_attention: Any = knob(True, "flag", "fused attention (no score matrix in memory)")
+    dropout: Any = knob(False, "flag", "dropout layers (their masks are stored)")
+    tp_overlap: Any = knob(0.0, "unit", "share of tensor-parallel communication hidden "
+                           "behind compute")
+    dp_overlap: Any = knob(0.0, "unit", "share of data-parallel (gradient, ZeRO) "
+                           "communication hidden behind compute")
+    pp_overlap: Any = knob(0.0, "unit", "share of pipeline send/receive time hidden behind "
+                           "compute")
+    flops_efficiency: Any = knob(1.0, "fraction", "achieved fraction of peak FLOP/s")
+    hbm_efficiency: Any = knob(1.0, "fraction", "achieved fraction of peak memory bandwidth")
+    link_efficiency: Any = knob(1.0, "fraction", "achieved fraction of link bandwidth")
+    hbm_bw_scale: Any = knob(1.0, "scale", "what-if multiplier on memory bandwidth")
+    tflops_scale: Any = knob(1.0, "scale", "what-if multiplier on every peak FLOP/s")
+    link_bw_scale: Any = knob(1.0, "scale", "what-if multiplier on link bandwidths")
+    memory_scale: Any = knob(1.0, "scale", "what-if multiplier on memory capacity")
+    memory_reserve: Any = knob(0.0, "reserve", "memory fraction kept for the framework, "
+                               "CUDA context and fragmentation")
+    total_tokens: Any = knob(0, "int0", "tokens to train on (0: no time-to-train outputs)",
+                             "tokens")
+
+
+POINT_TYPES = {"inference": InferencePoint, "training": TrainingPoint}
 MODES = tuple(POINT_TYPES)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .formulas.inference import COMPONENTS, PHASES
+from .formulas.training import COMM_KINDS
 
 
 class Output(NamedTuple):
@@ -29,7 +30,8 @@ class Registry(dict):
 
 
 BREAKDOWN_DIMS = ("phase", "component")
-EXTRA_COORDS = {"phase": PHASES, "component": COMPONENTS}
+EXTRA_COORDS = {"phase": PHASES, "component": COMPONENTS, "comm_kind": COMM_KINDS,
+                "training_pass": ("step",)}
 
 INFERENCE = Registry({
     "n_params": Output("1", "total parameters"),
@@ -71,7 +73,45 @@ INFERENCE = Registry({
     "reason": Output("1", "why the configuration is infeasible", "flags"),
 })
 
-OUTPUTS = {"inference": INFERENCE}
+TRAINING = Registry({
+    "n_params": Output("1", "total parameters"),
+    "n_params_active": Output("1", "parameters active per token"),
+    "n_devices": Output("devices", "devices in the job (tp x pp x dp x cp)"),
+    "dp_size": Output("replicas", "data-parallel replicas (derived when num_devices is given)"),
+    "grad_accum_steps": Output("1", "micro-batches per replica per step (gradient accumulation)"),
+    "weight_bytes": Output("bytes", "parameter memory per device (ZeRO-3: shard + gathered layers)"),
+    "grad_bytes": Output("bytes", "gradient memory per device"),
+    "optimizer_bytes": Output("bytes", "optimizer state (and fp32 master weights) per device"),
+    "activation_bytes": Output("bytes", "activation memory per device (in-flight micro-batches)"),
+    "memory_bytes": Output("bytes", "total memory per device (busiest pipeline stage)"),
+    "fits": Output("1", "memory fits on the device", "bool"),
+    "max_micro_batch": Output("sequences", "largest micro-batch that fits (same schedule)"),
+    "step_s": Output("s", "time per optimizer step"),
+    "compute_s": Output("s", "per step: operator time of the micro-batches on one device"),
+    "bubble_s": Output("s", "per step: pipeline fill and drain"),
+    "bubble_fraction": Output("1", "pipeline bubble over ideal compute time, (p-1)/(v m)"),
+    "comm_s": Output("s", "per step: exposed (not overlapped) communication by kind",
+                     dims=("comm_kind",)),
+    "tokens_per_s": Output("tokens/s", "training tokens per second of the job"),
+    "tokens_per_s_per_device": Output("tokens/s", "training tokens per second per device"),
+    "model_flops_per_step": Output("FLOP", "model FLOPs per step (6N + causal attention, "
+                                   "the MFU convention)"),
+    "hardware_flops_per_step": Output("FLOP", "FLOPs executed per step (recompute and "
+                                      "masked attention included)"),
+    "mfu": Output("1", "model FLOPs utilization"),
+    "hfu": Output("1", "hardware FLOPs utilization"),
+    "train_days": Output("days", "days to train on total_tokens (0: total_tokens not given)"),
+    "device_hours": Output("h", "device-hours to train on total_tokens"),
+    "train_cost_usd": Output("USD", "cost to train on total_tokens at the catalogue price"),
+    "bound_signature": Output("1", "binding roof of every part of the step, base-4 digits "
+                              "(component_bound codes)", "codes", optional=True,
+                              dims=("training_pass",)),
+    "valid": Output("1", "feasible configuration", "bool"),
+    "reason": Output("1", "why the configuration is infeasible", "flags"),
+})
+
+OUTPUTS = {"inference": INFERENCE, "training": TRAINING}
+PRIMARY_METRIC = {"inference": "throughput_tok_s", "training": "tokens_per_s"}
 
 BOUND_CODES = {"compute": 0, "memory": 1, "communication": 2, "none": 3}
 
@@ -80,8 +120,13 @@ REASONS = {
     "tp_indivisible": "tp does not divide the heads, kv heads or MLP width",
     "pp_exceeds_layers": "more pipeline stages than layers",
     "oom": "memory per device exceeds its capacity",
-    "context_too_long": "input_len + output_len exceeds the model's context",
+    "context_too_long": "input_len + output_len (training: seq_len) exceeds the model's "
+                        "context",
     "ep_indivisible": "ep does not divide the experts or tp x dp (or the model has no experts)",
+    "batch_indivisible": "global_batch is not a multiple of micro_batch x dp (training)",
+    "devices_indivisible": "num_devices is not a multiple of tp x pp x cp (training)",
+    "schedule_indivisible": "layers not divisible by pp x virtual_stages, or seq_len by "
+                            "2 cp (training)",
 }
 REASON_BITS = {name: 1 << i for i, name in enumerate(REASONS)}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from .outputs import EXTRA_COORDS, REASON_BITS
+from .outputs import EXTRA_COORDS, PRIMARY_METRIC, REASON_BITS
 from .units import human_bytes, human_count, human_seconds
 
 
@@ -27,9 +27,15 @@ def reason_counts(ds: xr.Dataset) -> dict[str, int]:
             for name, bit in REASON_BITS.items()}
 
 
-def best(ds: xr.Dataset, metric: str = "throughput_tok_s", k: int = 5,
+_SHOWN = ("throughput_tok_s", "ttft_s", "tpot_s", "tokens_per_s", "step_s", "mfu",
+          "memory_bytes")
+
+
+def best(ds: xr.Dataset, metric: str | None = None, k: int = 5,
          maximize: bool = True) -> list[dict]:
-    """The k best valid points by ``metric``: their axis values and key outputs."""
+    """The k best valid points by ``metric`` (default: the mode's primary throughput):
+    their axis values and key outputs."""
+    metric = metric or PRIMARY_METRIC.get(ds.attrs.get("mode", "inference"), "throughput_tok_s")
     if metric not in ds or "valid" not in ds:
         return []
     dims = axes(ds)
@@ -49,7 +55,7 @@ def best(ds: xr.Dataset, metric: str = "throughput_tok_s", k: int = 5,
         index = dict(zip(dims, np.unravel_index(flat, shape)))
         point = ds.isel(index)
         row = {d: point[d].item() for d in dims}
-        for name in ("throughput_tok_s", "ttft_s", "tpot_s", "memory_bytes"):
+        for name in _SHOWN:
             if name in point:
                 row[name] = float(point[name])
         rows.append(row)
@@ -59,7 +65,7 @@ def best(ds: xr.Dataset, metric: str = "throughput_tok_s", k: int = 5,
 def _fmt(key: str, value) -> str:
     if key.endswith("_bytes"):
         return human_bytes(value)
-    if key.endswith("_tok_s"):
+    if key.endswith("_tok_s") or key == "tokens_per_s":
         return f"{value:,.0f}"
     if key.endswith("_s"):
         return human_seconds(value)
@@ -95,7 +101,8 @@ def sweep_summary(ds: xr.Dataset, seconds: float) -> str:
                 lines.append(f"  {name:<20} {count:,}")
     rows = best(ds)
     if rows:
-        lines.append("best fitting configurations by throughput_tok_s:")
+        metric = PRIMARY_METRIC.get(ds.attrs.get("mode", "inference"), "throughput_tok_s")
+        lines.append(f"best fitting configurations by {metric}:")
         lines.append(table(rows))
     elif "valid" in ds:
         lines.append("no feasible configuration")

@@ -17,6 +17,18 @@ batch = [1, 8]
 path = "{out}"
 """
 
+TRAIN = """[study]
+name = "bad"
+mode = "training"
+[axes]
+model = "llama-2-7b"
+hardware = "h100-sxm"
+tp = [1, 2]
+zero_stage = 1
+[output]
+path = "{out}"
+"""
+
 CASES = {
     "malformed_toml": (GOOD.replace("[axes]", "[axes"), "not valid TOML"),
     "unknown_section": (GOOD + "[axis]\ntp = 2\n", "[axis]"),
@@ -44,6 +56,16 @@ CASES = {
     "missing_hf_config": (GOOD.replace('"llama-2-7b"', '"nowhere/config.json"'), "axes.model"),
     "unknown_output_variable": (GOOD.replace('path =', 'variables = ["ttft"]\npath ='),
                                 "output.variables"),
+    # training keys
+    "training_key_in_inference": (GOOD.replace("batch =", "zero_stage = 1\nbatch ="),
+                                  "axes.zero_stage"),
+    "bad_recompute": (TRAIN.replace("zero_stage = 1", 'recompute = "partial"'), "axes.recompute"),
+    "bad_zero_stage": (TRAIN.replace("zero_stage = 1", "zero_stage = 4"), "axes.zero_stage"),
+    "unknown_optimizer": (TRAIN.replace("zero_stage = 1", 'optimizer = "adagrad"'),
+                          "axes.optimizer"),
+    "negative_optimizer_bytes": (TRAIN.replace("zero_stage = 1", "optimizer = -2"),
+                                 "axes.optimizer"),
+    "inference_key_in_training": (TRAIN.replace("zero_stage = 1", "batch = 8"), "axes.batch"),
 }
 
 

@@ -85,7 +85,7 @@ def _standard(m: ModelSpec, s: Shard, p: Precision, ps: Pass, window, flash) -> 
 
     def core(x):
         prior = ps.prior(x)
-        pairs = op.causal_pairs(ps.new, prior, window)
+        pairs = op.scored_pairs(ps.new, prior, window, flash)
         if ps.phase == "decode":  # everything, the new token included, comes from the cache
             new_bytes, cached = 0.0, pairs
         else:
@@ -128,7 +128,7 @@ def _latent(m: ModelSpec, s: Shard, p: Precision, ps: Pass, window, flash) -> At
 
     def core(x):
         prior = ps.prior(x)
-        pairs = op.causal_pairs(ps.new, prior, window)
+        pairs = op.scored_pairs(ps.new, prior, window, flash)
         per_token = s.heads * (qk + v) * a / 8.0
         return op.attention(ps.seqs, s.heads, pairs, qk, v, ps.new, ps.new * per_token,
                             prior * per_token, a, flash)

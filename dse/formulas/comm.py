@@ -18,29 +18,39 @@ import jax.numpy as jnp
 from .roofline import Rates
 
 
-def _two_level(bytes_, group, rates: Rates, phases):
+def members_per_node(group, stride, rates: Rates):
+    """Devices of a group whose members sit ``stride`` devices apart that share a node.
+
+    Megatron-LM orders ranks tp, cp, dp, pp (innermost first): a tensor-parallel group
+    is consecutive (stride 1), a data-parallel group strides by tp x cp, so with tp = 8
+    on 8-device nodes every data-parallel peer is in another node.
+    """
+    return jnp.clip(jnp.floor(rates.devices_per_node / stride), 1.0, group)
+
+
+def _two_level(bytes_, group, rates: Rates, phases, stride=1.0):
     """``phases`` = 2 for all-reduce, 1 for reduce-scatter or all-gather."""
-    inner = jnp.minimum(group, rates.devices_per_node)
-    nodes = jnp.ceil(group / rates.devices_per_node)
+    inner = members_per_node(group, stride, rates)
+    nodes = jnp.ceil(group / inner)
     intra = phases * (inner - 1.0) * (bytes_ / inner / rates.intra_bw + rates.intra_latency)
     inter = phases * (nodes - 1.0) * (bytes_ / inner / nodes / rates.inter_bw
                                       + rates.inter_latency)
     return intra + inter
 
 
-def all_reduce_s(bytes_, group, rates: Rates):
+def all_reduce_s(bytes_, group, rates: Rates, stride=1.0):
     """Seconds to all-reduce ``bytes_`` (the full tensor size) over ``group`` devices."""
-    return _two_level(bytes_, group, rates, 2.0)
+    return _two_level(bytes_, group, rates, 2.0, stride)
 
 
-def all_gather_s(bytes_, group, rates: Rates):
+def all_gather_s(bytes_, group, rates: Rates, stride=1.0):
     """Seconds to all-gather a tensor of ``bytes_`` in total (each device holds 1/group)."""
-    return _two_level(bytes_, group, rates, 1.0)
+    return _two_level(bytes_, group, rates, 1.0, stride)
 
 
-def reduce_scatter_s(bytes_, group, rates: Rates):
+def reduce_scatter_s(bytes_, group, rates: Rates, stride=1.0):
     """Seconds to reduce-scatter a tensor of ``bytes_`` over ``group`` devices."""
-    return _two_level(bytes_, group, rates, 1.0)
+    return _two_level(bytes_, group, rates, 1.0, stride)
 
 
 def pipeline_hops(pp, tp, rates: Rates):

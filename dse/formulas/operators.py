@@ -73,6 +73,16 @@ def causal_pairs(new_tokens, prior, window=0.0):
     return jnp.where(window > 0.0, capped, full)
 
 
+def scored_pairs(new_tokens, prior, window, flash):
+    """(query, key) pairs an attention kernel computes: causal ones with FlashAttention,
+    which skips fully masked blocks (Dao 2023), the whole [new, context] rectangle for
+    unfused attention, which multiplies Q K^T in full and masks afterwards (Megatron-LM's
+    fused scale-mask-softmax, eager PyTorch). Decode (one new token) is the same either way.
+    """
+    context = jnp.where(window > 0.0, jnp.minimum(prior, window), prior) + new_tokens
+    return jnp.where(flash > 0.0, causal_pairs(new_tokens, prior, window), new_tokens * context)
+
+
 def stored_bits(bits, group_size):
     """Bits per stored element including quantization scales.
 

@@ -37,11 +37,11 @@ _VALUE_FIELD = {"hbm_bw": ("hbm_bw_bytes_per_s", "bytes/s", "memory bandwidth"),
                 "memory": ("memory_bytes", "bytes", "memory capacity")}
 
 
-def _elasticity_variables(cfg: SensitivityConfig) -> dict[str, tuple[int, str, str]]:
+def _elasticity_variables(cfg: SensitivityConfig, mode: str) -> dict[str, tuple[int, str, str]]:
     """name -> (leading axes, units, long name)."""
     out = {}
     for m in cfg.metrics:
-        info = OUTPUTS["inference"][m]
+        info = OUTPUTS[mode][m]
         d = f"{100 * cfg.delta:g}%"
         out[m] = (1, "1", f"elasticity of {info.long_name} (d log / d log)")
         out[m + "_up"] = (1, "1", f"elasticity of {info.long_name}, parameter increasing")
@@ -68,7 +68,7 @@ def sensitivity(study: Study | str | Path, *, progress=None) -> xr.Dataset:
     study = dataclasses.replace(study, output=dataclasses.replace(study.output, chunk_points=budget))
     spec = Spec(study.mode, cfg.metrics, cfg.params, cfg.delta, EPS[study.dtype], study.features)
     fn = functools.partial(sensitivities, spec=spec)
-    meta = _elasticity_variables(cfg)
+    meta = _elasticity_variables(cfg, study.mode)
     extra = {name: lead for name, (lead, _, _) in meta.items()}
     arrays, deps = grid.run_function(study, fn, extra,
                                      grid.function_dependencies(study, fn, extra), progress)

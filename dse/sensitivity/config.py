@@ -20,7 +20,8 @@ from ..search.config import Constraint, parse_constraint
 from ..study import Study
 
 KEYS = {"metrics", "params", "delta", "inverse", "mix"}
-DEFAULT_METRICS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s")
+DEFAULT_METRICS = {"inference": ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s"),
+                   "training": ("step_s", "tokens_per_s", "mfu")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +87,7 @@ def parse_sensitivity(study: Study) -> SensitivityConfig:
                              ", ".join(sorted(KEYS)))
     outputs = OUTPUTS[study.mode]
     numeric = [k for k, v in outputs.items() if v.kind == "float" and not v.dims]
-    metrics = raw.get("metrics", list(DEFAULT_METRICS))
+    metrics = raw.get("metrics", list(DEFAULT_METRICS[study.mode]))
     if not isinstance(metrics, list) or not metrics:
         raise InputError(file, "sensitivity.metrics", f"value {metrics!r} is not valid",
                          "a non-empty list of numeric outputs")
