@@ -78,6 +78,8 @@ def check_scalar(value: Any, kind: str, file, key: str) -> Any:
         raise InputError(file, key, f"value {value!r} is not valid", allowed)
     if kind == "compute_bits" and value not in (4, 8, 16, 32):
         raise InputError(file, key, f"value {value!r} is not valid", allowed)
+    if kind == "seconds0" and not value >= 0:
+        raise InputError(file, key, f"value {value!r} is not valid", allowed)
     if kind == "fraction" and not 0 < value <= 1:
         raise InputError(file, key, f"value {value!r} is not valid", allowed)
     if kind == "scale" and not value > 0:

@@ -66,5 +66,8 @@ def to_dataset(study: Study, arrays: dict[str, np.ndarray],
     # Coordinates first: a Dataset orders its dims by first appearance, and the
     # result's dims must follow the study's axes.
     ds = xr.Dataset(coords=coords(study), attrs=provenance(study))
-    ds = ds.assign_coords({d: (d, list(EXTRA_COORDS[d])) for d in sorted(extra)})
+    labels = dict(EXTRA_COORDS)
+    if study.pipeline is not None:
+        labels.update(study.pipeline.coords())
+    ds = ds.assign_coords({d: (d, list(labels[d])) for d in sorted(extra)})
     return ds.assign(data)

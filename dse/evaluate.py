@@ -18,7 +18,8 @@ from .formulas.roofline import Rates, compute_width, peak_at_width
 from .formulas.training import Bits, Job, Layout, Schedule, training
 from .formulas.transformer import Options, Parallel
 from .hardware import HardwareSpec
-from .knobs import InferencePoint, TrainingPoint
+from .formulas.pipeline import pipeline
+from .knobs import InferencePoint, PipelinePoint, TrainingPoint
 from .model import ModelSpec
 from .outputs import OUTPUTS, REASON_BITS
 
@@ -156,7 +157,46 @@ def _evaluate_training(p: TrainingPoint, models: ModelSpec, hardware: HardwareSp
     return out
 
 
-_EVALUATORS = {"inference": _evaluate_inference, "training": _evaluate_training}
+def _evaluate_pipeline(p: PipelinePoint, models: ModelSpec, spec, features: frozenset,
+                       names: frozenset) -> dict:
+    """Leading axes (candidate, stage or link) in front of the grid's, then selected."""
+    rank = jnp.ndim(p.model)
+    n_stages = spec.candidates.shape[1]
+
+    def lead(x):
+        return jnp.reshape(x, (1, 1) + jnp.shape(x))
+
+    def per(k):
+        return lambda x: jnp.reshape(x, (1, k) + (1,) * rank)
+
+    pl = jax.tree_util.tree_map(lead, p)
+    m = take(models, pl.model)
+    hw = jax.tree_util.tree_map(per(n_stages), spec.hardware)
+    links = jax.tree_util.tree_map(per(spec.links.bw.shape[0]), spec.links)
+    shape = (spec.candidates.shape[0],) + (1,) * rank
+    candidates = jnp.reshape(spec.candidates, (shape[0], n_stages) + shape[1:])
+    candidate_ok = jnp.reshape(spec.candidate_layers, (shape[0], 1) + shape[1:]) == m.n_layers
+    precision = Precision(stored_bits(pl.weight_bits, pl.quant_group_size),
+                          stored_bits(pl.kv_bits, pl.quant_group_size), pl.act_bits)
+    rates = achieved_rates(hw, pl, pl.weight_bits, pl.kv_bits, pl.act_bits)
+    capacity = hw.memory_bytes * pl.memory_scale * (1.0 - pl.memory_reserve)
+    objective = next(f.split(":", 1)[1] for f in features if f.startswith("objective:"))
+    out = pipeline(m, hw, rates, links, capacity, candidates, candidate_ok, pl.batch,
+                   pl.input_len, pl.output_len, precision, pl.flash_attention,
+                   pl.link_bw_scale, (pl.target_tpot_s[0, 0], pl.target_ttft_s[0, 0]),
+                   pl.comm_share[0, 0], features, objective)
+    m0 = take(models, p.model)
+    out["reason"] = _reason_code([
+        (float(n_stages) > m0.n_layers, "pp_exceeds_layers"),
+        (~out["fits"], "oom"),
+        (p.input_len + p.output_len > m0.max_seq_len, "context_too_long"),
+    ])
+    out["valid"] = out["reason"] == 0
+    return out
+
+
+_EVALUATORS = {"inference": _evaluate_inference, "training": _evaluate_training,
+               "pipeline": _evaluate_pipeline}
 
 
 @functools.partial(jax.jit, static_argnames=("mode", "names", "features"))

@@ -60,10 +60,15 @@ def _dtype(study: Study):
 
 
 def tables(study: Study):
-    """The study's model and hardware spec tables in its dtype."""
+    """The study's model and hardware spec tables in its dtype (pipeline mode: the
+    stages, links and candidate splits in place of the hardware table)."""
     dtype = _dtype(study)
-    return (model_mod.stack([c.spec() for c in study.models], dtype),
-            hw_mod.stack([c.spec() for c in study.hardware], dtype))
+    models = model_mod.stack([c.spec() for c in study.models], dtype)
+    if study.pipeline is not None:
+        from .pipeline import spec
+
+        return models, spec(study.pipeline, [c.fields["n_layers"] for c in study.models], dtype)
+    return models, hw_mod.stack([c.spec() for c in study.hardware], dtype)
 
 
 INDEX_KEYS = ("model", "hardware", "draft_model", "usecase")
@@ -194,7 +199,7 @@ def run_function(study: Study, fn, extra: dict[str, int], deps: dict[str, tuple[
     """
     models, hardware = tables(study)
     dims = [a.name for a in study.dims]
-    chunks = plan(study.shape, study.output.chunk_points)
+    chunks = plan(study.shape, max(1, study.output.chunk_points // study.evaluation_width))
     results: dict[str, np.ndarray] = {}
     iterator: Iterator[Chunk] = iter(chunks)
     if progress is not None:

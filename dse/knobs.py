@@ -36,6 +36,7 @@ KINDS = {
     "scale": "a positive number",
     "flag": "true or false",
     "zero": "a ZeRO stage: 0, 1, 2 or 3",
+    "seconds0": "a number of seconds >= 0 (0: none)",
     "recompute": "one of \"none\", \"selective\", \"full\"",
     "optimizer": "an optimizer name (adamw, adam, adam_8bit, lion, sgd_momentum, sgd, "
                  "adafactor) or its state bytes per parameter (a number >= 0)",
@@ -160,7 +161,40 @@ class TrainingPoint:
                              "tokens")
 
 
-POINT_TYPES = {"inference": InferencePoint, "training": TrainingPoint}
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class PipelinePoint:
+    """One inference deployment over the study's heterogeneous pipeline ([pipeline])."""
+
+    model: Any = knob(None, "model", "model architecture")
+    batch: Any = knob(1, "int", "concurrent sequences", "sequences")
+    input_len: Any = knob(512, "int", "prompt tokens per sequence", "tokens", "input length")
+    output_len: Any = knob(128, "int", "generated tokens per sequence", "tokens", "output length")
+    weight_bits: Any = knob(16, "bits", "bits per stored weight", "bit")
+    kv_bits: Any = knob(16, "bits", "bits per stored KV-cache element", "bit")
+    act_bits: Any = knob(16, "compute_bits", "bits per activation and hidden state sent "
+                         "between stages", "bit")
+    flops_efficiency: Any = knob(1.0, "fraction", "achieved fraction of peak FLOP/s")
+    hbm_efficiency: Any = knob(1.0, "fraction", "achieved fraction of peak memory bandwidth")
+    link_efficiency: Any = knob(1.0, "fraction", "achieved fraction of device link bandwidth")
+    hbm_bw_scale: Any = knob(1.0, "scale", "what-if multiplier on memory bandwidth")
+    tflops_scale: Any = knob(1.0, "scale", "what-if multiplier on every peak FLOP/s")
+    link_bw_scale: Any = knob(1.0, "scale", "what-if multiplier on the pipeline's link "
+                              "bandwidths")
+    memory_scale: Any = knob(1.0, "scale", "what-if multiplier on memory capacity")
+    memory_reserve: Any = knob(0.1, "reserve", "memory fraction kept for the OS, framework "
+                               "and fragmentation")
+    quant_group_size: Any = knob(128, "int0", "weights per 16-bit scale in sub-8-bit formats "
+                                 "(0: no scales)", "elements")
+    flash_attention: Any = knob(True, "flag", "fused attention (no score matrix in memory)")
+    target_tpot_s: Any = knob(0.0, "seconds0", "TPOT target for the network requirement", "s")
+    target_ttft_s: Any = knob(0.0, "seconds0", "TTFT target for the network requirement", "s")
+    comm_share: Any = knob(0.0, "reserve", "share of the target spent communicating (1:4 "
+                           "communication:compute = 0.2); 0: what the target leaves after "
+                           "the engine's compute time")
+
+
+POINT_TYPES = {"inference": InferencePoint, "training": TrainingPoint, "pipeline": PipelinePoint}
 MODES = tuple(POINT_TYPES)
 
 

@@ -31,7 +31,8 @@ class Registry(dict):
 
 BREAKDOWN_DIMS = ("phase", "component")
 EXTRA_COORDS = {"phase": PHASES, "component": COMPONENTS, "comm_kind": COMM_KINDS,
-                "training_pass": ("step",)}
+                "training_pass": ("step",),
+                "stage": (), "link": ()}  # stage and link labels come from the study
 
 INFERENCE = Registry({
     "n_params": Output("1", "total parameters"),
@@ -110,8 +111,43 @@ TRAINING = Registry({
     "reason": Output("1", "why the configuration is infeasible", "flags"),
 })
 
-OUTPUTS = {"inference": INFERENCE, "training": TRAINING}
-PRIMARY_METRIC = {"inference": "throughput_tok_s", "training": "tokens_per_s"}
+PIPELINE = Registry({
+    "n_params": Output("1", "total parameters"),
+    "split_layers": Output("layers", "recommended layers per stage", dims=("stage",)),
+    "stage_decode_s": Output("s", "decode step time per stage", dims=("stage",)),
+    "stage_prefill_s": Output("s", "prefill time per stage (one micro-batch)", dims=("stage",)),
+    "stage_memory_bytes": Output("bytes", "memory per stage", dims=("stage",)),
+    "stage_capacity_bytes": Output("bytes", "usable memory per stage", dims=("stage",)),
+    "link_decode_s": Output("s", "time for one decode step's hidden states per link",
+                            dims=("link",)),
+    "link_prefill_s": Output("s", "time for one prefill's hidden states per link",
+                             dims=("link",)),
+    "ttft_s": Output("s", "time to first token"),
+    "tpot_s": Output("s", "mean time per output token"),
+    "e2e_s": Output("s", "end-to-end request latency"),
+    "throughput_tok_s": Output("tokens/s", "output tokens per second"),
+    "comm_share_decode": Output("1", "share of a decode traversal spent on links"),
+    "comm_share_prefill": Output("1", "share of a prefill traversal spent on links"),
+    "bottleneck_stage": Output("1", "index of the slowest stage in decode"),
+    "link_bound": Output("1", "a link is slower than every stage in decode", "bool"),
+    "feasible_splits": Output("1", "candidate splits that fit every stage's memory"),
+    "required_link_bw_decode_bytes_per_s": Output(
+        "bytes/s", "link bandwidth needed for target_tpot_s"),
+    "required_link_bw_decode_bit_per_s": Output("bit/s", "link bandwidth needed for target_tpot_s"),
+    "required_link_bw_prefill_bytes_per_s": Output(
+        "bytes/s", "link bandwidth needed for target_ttft_s"),
+    "required_link_bw_prefill_bit_per_s": Output("bit/s",
+                                                 "link bandwidth needed for target_ttft_s"),
+    "max_link_latency_decode_s": Output("s", "largest one-way link latency for target_tpot_s"),
+    "max_link_latency_prefill_s": Output("s", "largest one-way link latency for target_ttft_s"),
+    "fits": Output("1", "some split fits every stage's memory", "bool"),
+    "valid": Output("1", "feasible configuration", "bool"),
+    "reason": Output("1", "why the configuration is infeasible", "flags"),
+})
+
+OUTPUTS = {"inference": INFERENCE, "training": TRAINING, "pipeline": PIPELINE}
+PRIMARY_METRIC = {"inference": "throughput_tok_s", "training": "tokens_per_s",
+                  "pipeline": "throughput_tok_s"}
 
 BOUND_CODES = {"compute": 0, "memory": 1, "communication": 2, "none": 3}
 

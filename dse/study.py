@@ -19,7 +19,7 @@ from .hardware import HardwareCard
 from .model import ModelCard
 from .outputs import OUTPUTS
 
-SECTIONS = {"study", "axes", "output", "search", "sensitivity"}
+SECTIONS = {"study", "axes", "output", "search", "sensitivity", "pipeline"}
 STUDY_KEYS = {"name", "mode", "description", "dtype"}
 OUTPUT_KEYS = {"path", "variables", "chunk_points", "compress", "breakdown"}
 DTYPES = ("float32", "float64")
@@ -61,6 +61,15 @@ class Study:
     output: Output
     dtype: str = "float32"
     sections: dict[str, Any] = dataclasses.field(default_factory=dict)
+    pipeline: Any = None  # PipelineConfig in pipeline mode
+
+    @property
+    def evaluation_width(self) -> int:
+        """Evaluations per grid point (pipeline mode: one per candidate split)."""
+        if self.pipeline is None:
+            return 1
+        return sum(self.pipeline.count(n) for n in
+                   {c.fields["n_layers"] for c in self.models})
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -94,6 +103,8 @@ class Study:
                 out.add("speculative")
         if self.output.breakdown:
             out.add("breakdown")
+        if self.pipeline is not None:
+            out.add("objective:" + self.pipeline.objective)
         return frozenset(out)
 
     @property
@@ -172,9 +183,14 @@ def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = No
             raise InputError(file, f"axes.{key}", f"unknown key for mode {mode!r}"
                              + suggest(key, fields), ", ".join(fields))
     for key in ("model", "hardware"):
-        if key not in axes_raw:
+        if key in fields and key not in axes_raw:
             raise InputError(file, f"axes.{key}", "missing", knobs.KINDS[key])
 
+    if mode == "pipeline" and "pipeline" not in raw:
+        raise InputError(file, "[pipeline]", "missing", "a [pipeline] section with stages")
+    if mode != "pipeline" and "pipeline" in raw:
+        raise InputError(file, "[pipeline]", f"applies to mode \"pipeline\", not {mode!r}",
+                         'study.mode = "pipeline"')
     if "usecase" in axes_raw:
         for key in ("input_len", "output_len"):
             if key in axes_raw:
@@ -203,7 +219,7 @@ def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = No
         return {n: loader(n, referrer=file, key=f"axes.{key}", base_dir=base_dir) for n in names}
 
     model_cards = resolve("model", catalogue.load_model)
-    hardware_cards = resolve("hardware", catalogue.load_hardware)
+    hardware_cards = resolve("hardware", catalogue.load_hardware) if "hardware" in fields else {}
     draft_cards = resolve("draft_model", catalogue.load_model) if "draft_model" in fields else {}
     labels = {"model": model_cards, "hardware": hardware_cards, "draft_model": draft_cards}
     for key, cards in labels.items():
@@ -223,10 +239,18 @@ def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = No
                              "axes.draft_model = a model name, or draft_len = 0")
     table = {c.name: c for c in list(model_cards.values()) + list(draft_cards.values())}
 
+    pipeline = None
+    hardware = tuple(hardware_cards.values())
+    if mode == "pipeline":
+        from .pipeline import parse_pipeline
+
+        pipeline = parse_pipeline(raw["pipeline"], file, base_dir,
+                                  {c.name: c.fields["n_layers"] for c in model_cards.values()})
+        hardware = pipeline.stages  # the stage table, in stage order
     study = Study(name=name, mode=mode, text=text, file=file, dims=tuple(dims), fixed=fixed,
-                  models=tuple(table.values()), hardware=tuple(hardware_cards.values()),
+                  models=tuple(table.values()), hardware=hardware,
                   output=_parse_output(raw, file, mode), dtype=dtype,
-                  sections=dict(raw))
+                  sections=dict(raw), pipeline=pipeline)
     _check_contradictions(study)
     return study
 
@@ -288,6 +312,8 @@ def _check_contradictions(study: Study) -> None:
     marked with a reason); a study where a model can never run is a contradiction.
     """
     file = study.file
+    if study.mode == "pipeline":
+        return
     tps, pps = study.values("tp"), study.values("pp")
     for card in study.models:
         if not any(card.divisors_ok(tp) for tp in tps):

@@ -78,6 +78,9 @@ class SensitivityConfig:
 
 def parse_sensitivity(study: Study) -> SensitivityConfig:
     file = study.file
+    if study.mode not in DEFAULT_METRICS:
+        raise InputError(file, "study.mode", f"dse sensitivity does not support mode "
+                         f"{study.mode!r} yet", ", ".join(DEFAULT_METRICS))
     raw = study.sections.get("sensitivity", {})
     if not isinstance(raw, dict):
         raise InputError(file, "[sensitivity]", "must be a table", "a [sensitivity] section")
