@@ -156,3 +156,16 @@ def test_bad_pipeline_input(tmp_path, capsys, pipe, key):
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and key in err and str(study) in err, err
     assert not (tmp_path / "o.nc").exists()
+
+
+def test_link_time_with_round_trip_and_compression_by_hand():
+    # One decode token of Llama-3.2-1B (d = 2048, bf16): 4,096 bytes per message.
+    # round trip: 2 x (latency + overhead) + 2 x bytes / ratio / bw + 2 x bytes / throughput
+    pipe = """stages = [ { hardware = "m3-pro" }, { hardware = "m2" } ]
+link = { bandwidth = "100 Mbit/s", latency_ms = 0.5, overhead_ms = 2.0, direction = "round_trip" }
+compression = { ratio = 2.0, throughput = "400 MB/s" }
+"""
+    ds = run(dict(model="llama-3.2-1b"), pipe)
+    bytes_ = 2048 * 2
+    expected = 2 * (0.5e-3 + 2e-3) + 2 * bytes_ / 2.0 / 12.5e6 + 2 * bytes_ / 400e6
+    assert ds.link_decode_s.item() == pytest.approx(expected, rel=1e-12)
