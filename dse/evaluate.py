@@ -64,6 +64,13 @@ def _tp_ok(m: ModelSpec, tp):
     return _divides(tp, m.n_heads) & kv_ok & _divides(tp, m.d_ff) & moe_ok
 
 
+def _reason_code(flags) -> jnp.ndarray:
+    code = jnp.uint8(0)
+    for flag, name in flags:
+        code = code | jnp.where(flag, jnp.uint8(REASON_BITS[name]), jnp.uint8(0))
+    return code
+
+
 def inference_reasons(m: ModelSpec, p: InferencePoint, fits, draft: ModelSpec | None):
     tp_ok = _tp_ok(m, p.tp)
     if draft is not None:
@@ -71,17 +78,13 @@ def inference_reasons(m: ModelSpec, p: InferencePoint, fits, draft: ModelSpec | 
     etp = p.tp * p.dp / p.ep
     ep_ok = (p.ep == 1.0) | ((m.n_experts > 0.0) & _divides(p.ep, m.n_experts)
                              & _divides(p.ep, p.tp * p.dp) & _divides(etp, m.d_ff_expert))
-    flags = [
-        (~tp_ok, REASON_BITS["tp_indivisible"]),
-        (p.pp > m.n_layers, REASON_BITS["pp_exceeds_layers"]),
-        (~fits, REASON_BITS["oom"]),
-        (p.input_len + p.output_len > m.max_seq_len, REASON_BITS["context_too_long"]),
-        (~ep_ok, REASON_BITS["ep_indivisible"]),
-    ]
-    code = jnp.uint8(0)
-    for flag, bit in flags:
-        code = code | jnp.where(flag, jnp.uint8(bit), jnp.uint8(0))
-    return code
+    return _reason_code([
+        (~tp_ok, "tp_indivisible"),
+        (p.pp > m.n_layers, "pp_exceeds_layers"),
+        (~fits, "oom"),
+        (p.input_len + p.output_len > m.max_seq_len, "context_too_long"),
+        (~ep_ok, "ep_indivisible"),
+    ])
 
 
 def _evaluate_inference(p: InferencePoint, models: ModelSpec, hardware: HardwareSpec,
@@ -103,13 +106,6 @@ def _evaluate_inference(p: InferencePoint, models: ModelSpec, hardware: Hardware
     out["reason"] = inference_reasons(m, p, out["fits"], draft)
     out["valid"] = out["reason"] == 0
     return out
-
-
-def _reason_code(flags) -> jnp.ndarray:
-    code = jnp.uint8(0)
-    for flag, name in flags:
-        code = code | jnp.where(flag, jnp.uint8(REASON_BITS[name]), jnp.uint8(0))
-    return code
 
 
 def training_reasons(m: ModelSpec, p: TrainingPoint, dp, global_batch, fits):

@@ -59,12 +59,16 @@ class Links:
     compress_bytes_per_s: Any  # 0: no compression
 
 
+def _compress_s(links: Links, moved):
+    """Seconds to compress ``moved`` bytes (0 without compression)."""
+    on = links.compress_bytes_per_s > 0.0
+    return jnp.where(on, moved / jnp.where(on, links.compress_bytes_per_s, 1.0), 0.0)
+
+
 def link_time_s(links: Links, bytes_, bw_scale):
     """Seconds for ``bytes_`` of hidden states to cross each link."""
     moved = links.direction * bytes_
-    compress = jnp.where(links.compress_bytes_per_s > 0.0,
-                         moved / jnp.where(links.compress_bytes_per_s > 0.0,
-                                           links.compress_bytes_per_s, 1.0), 0.0)
+    compress = _compress_s(links, moved)
     return (links.direction * (links.latency + links.overhead)
             + moved / links.ratio / (links.bw * bw_scale) + compress)
 
@@ -72,9 +76,7 @@ def link_time_s(links: Links, bytes_, bw_scale):
 def required_bandwidth(links: Links, bytes_, budget):
     """Smallest uniform link bandwidth (bytes/s) fitting one traversal in ``budget``."""
     moved = links.direction * bytes_
-    compress = jnp.where(links.compress_bytes_per_s > 0.0,
-                         moved / jnp.where(links.compress_bytes_per_s > 0.0,
-                                           links.compress_bytes_per_s, 1.0), 0.0)
+    compress = _compress_s(links, moved)
     fixed = jnp.sum(links.direction * (links.latency + links.overhead) + compress, axis=1,
                     keepdims=True)
     data = jnp.sum(moved / links.ratio, axis=1, keepdims=True)

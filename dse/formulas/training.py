@@ -60,6 +60,7 @@ import jax.numpy as jnp
 from ..model import ModelSpec
 from . import comm, memory, operators as op, params as P, parts
 from .attention import Pass, Precision
+from .inference import _bound
 from .roofline import Rates
 from .transformer import Options, Parallel, expert_layout, layer_parts
 
@@ -348,8 +349,7 @@ def _signature(stage: dict):
     code = jnp.uint32(0)
     for i, name in enumerate(sorted(stage)):
         part = stage[name]
-        bound = jnp.where(part.time > 0.0, jnp.where(part.comm > 0.0, 2, jnp.where(
-            part.compute >= part.memory, 0, 1)), 3)
+        bound = _bound(part.time, part.compute, part.memory, part.comm)
         code = code + jnp.asarray(bound, jnp.uint32) * jnp.uint32(4 ** i)
     return code
 
