@@ -146,10 +146,10 @@ def attention_costs(m: ModelSpec, s: Shard, p: Precision, ps: Pass, window, flas
     latent = _latent(m, s, p, ps, window, flash)
     is_mla = m.kv_lora_rank > 0.0
     fixed, varying = {}, {}
-    for name in set(standard.fixed) | set(latent.fixed):
+    for name in dict.fromkeys([*standard.fixed, *latent.fixed]):
         fixed[name] = ([select(~is_mla, c, Cost(0.0, 0.0, c.unit)) for c in standard.fixed.get(name, [])]
                        + [select(is_mla, c, Cost(0.0, 0.0, c.unit)) for c in latent.fixed.get(name, [])])
-    for name in set(standard.varying) | set(latent.varying):
+    for name in dict.fromkeys([*standard.varying, *latent.varying]):
         fns = [(~is_mla, f) for f in standard.varying.get(name, [])]
         fns += [(is_mla, f) for f in latent.varying.get(name, [])]
         varying[name] = [_masked(cond, f) for cond, f in fns]

@@ -102,7 +102,7 @@ def _step(m, s, p, ps: Pass, micro, rates, par, o, features):
     cycle = parts.combine([(micro, stage)])
     binds = parts.total_time(traversal) >= parts.total_time(cycle)
     return {k: parts.where(binds, traversal.get(k, parts.ZERO), cycle.get(k, parts.ZERO))
-            for k in set(traversal) | set(cycle)}
+            for k in dict.fromkeys([*traversal, *cycle])}
 
 
 def _decode(m, s, p, w: Workload, b, micro, rates, par, o, features, spec: Speculation):
@@ -124,7 +124,7 @@ def _decode(m, s, p, w: Workload, b, micro, rates, par, o, features, spec: Specu
     speculative = parts.combine([(k / tokens, draft), (1.0 / tokens, verify)])
     on = k > 0.0
     merged = {c: parts.where(on, speculative.get(c, parts.ZERO), plain.get(c, parts.ZERO))
-              for c in set(plain) | set(speculative)}
+              for c in dict.fromkeys([*plain, *speculative])}
     return merged, jnp.where(on, 1.0 / tokens, 1.0)
 
 
