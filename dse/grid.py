@@ -190,6 +190,52 @@ def function_dependencies(study: Study, fn, extra: dict[str, int]) -> dict[str, 
     return out
 
 
+def chunk_pieces(study: Study, chunk: Chunk, out: dict, extra: dict[str, int],
+                 deps: dict[str, tuple[str, ...]]):
+    """Place one evaluated chunk: ``(name, target index, array, first)`` per output.
+
+    ``target`` indexes the full output array (over its extra axes and dependency
+    dims); ``first`` is False when an earlier chunk already covered that region (an
+    output that does not vary along the chunk's outer or block axis).
+    """
+    dims = [a.name for a in study.dims]
+    for name, n_extra in extra.items():
+        array = np.asarray(out[name])
+        lead, grid_shape = array.shape[:n_extra], array.shape[n_extra:]
+        grid_shape = (1,) * (len(dims) - len(grid_shape)) + grid_shape
+        keep = [i for i, d in enumerate(dims) if d in deps[name]]
+        array = array.reshape(lead + tuple(grid_shape[i] for i in keep))
+        target, source = [slice(None)] * n_extra, [slice(None)] * n_extra
+        first = True
+        for i in range(len(dims)):
+            if i not in keep:
+                if i < chunk.axis and chunk.outer[i] != 0 or i == chunk.axis and chunk.start:
+                    first = False
+                continue
+            if i < chunk.axis:
+                target.append(slice(chunk.outer[i], chunk.outer[i] + 1))
+                source.append(slice(None))
+            elif i == chunk.axis:
+                target.append(slice(chunk.start, chunk.stop))
+                source.append(slice(0, chunk.stop - chunk.start))
+            else:
+                target.append(slice(None))
+                source.append(slice(None))
+        yield name, tuple(target), array[tuple(source)], first
+
+
+def output_shapes(study: Study, extra: dict[str, int], deps: dict[str, tuple[str, ...]],
+                  lead: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """Full shape of each output: its extra axes, then its dependency dims."""
+    sizes = dict(zip([a.name for a in study.dims], study.shape))
+    return {n: tuple(lead[n]) + tuple(sizes[d] for d in deps[n]) for n in extra}
+
+
+def chunk_budget(study: Study) -> int:
+    """Grid points per chunk (pipeline mode evaluates every candidate split per point)."""
+    return max(1, study.output.chunk_points // study.evaluation_width)
+
+
 def run_function(study: Study, fn, extra: dict[str, int], deps: dict[str, tuple[str, ...]],
                  progress=None) -> tuple[dict[str, np.ndarray], dict[str, tuple[str, ...]]]:
     """Run ``fn(point, models, hardware) -> {name: array}`` over the grid in blocks.
@@ -198,8 +244,7 @@ def run_function(study: Study, fn, extra: dict[str, int], deps: dict[str, tuple[
     depends on (``deps``); blocks are assembled into arrays over those axes.
     """
     models, hardware = tables(study)
-    dims = [a.name for a in study.dims]
-    chunks = plan(study.shape, max(1, study.output.chunk_points // study.evaluation_width))
+    chunks = plan(study.shape, chunk_budget(study))
     results: dict[str, np.ndarray] = {}
     iterator: Iterator[Chunk] = iter(chunks)
     if progress is not None:
@@ -207,31 +252,16 @@ def run_function(study: Study, fn, extra: dict[str, int], deps: dict[str, tuple[
     with jax.enable_x64(study.dtype == "float64"):
         for chunk in iterator:
             out = fn(chunk_point(study, chunk), models, hardware)
-            single = len(chunks) == 1 and chunk.stop - chunk.start == chunk.length
-            for name, n_extra in extra.items():
-                array = np.asarray(out[name])
-                lead, grid_shape = array.shape[:n_extra], array.shape[n_extra:]
-                grid_shape = (1,) * (len(dims) - len(grid_shape)) + grid_shape
-                keep = [i for i, d in enumerate(dims) if d in deps[name]]
-                array = array.reshape(lead + tuple(grid_shape[i] for i in keep))
-                if single:
+            if len(chunks) == 1 and chunk.stop - chunk.start == chunk.length:
+                for name, _, array, _ in chunk_pieces(study, chunk, out, extra, deps):
                     results[name] = array
-                    continue
+                continue
+            for name, target, array, _ in chunk_pieces(study, chunk, out, extra, deps):
                 if name not in results:
-                    shape = list(lead) + [study.shape[i] for i in keep]
+                    lead = np.shape(out[name])[:extra[name]]
+                    shape = output_shapes(study, {name: 0}, deps, {name: lead})[name]
                     results[name] = np.empty(shape, array.dtype)
-                target, source = [slice(None)] * n_extra, [slice(None)] * n_extra
-                for i in keep:
-                    if i < chunk.axis:
-                        target.append(slice(chunk.outer[i], chunk.outer[i] + 1))
-                        source.append(slice(None))
-                    elif i == chunk.axis:
-                        target.append(slice(chunk.start, chunk.stop))
-                        source.append(slice(0, chunk.stop - chunk.start))
-                    else:
-                        target.append(slice(None))
-                        source.append(slice(None))
-                results[name][tuple(target)] = array[tuple(source)]
+                results[name][target] = array
     return results, deps
 
 

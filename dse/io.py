@@ -22,6 +22,18 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+def replace_path(source: Path, path: Path) -> None:
+    """Move ``source`` to ``path``, replacing what is there (a directory: via a
+    hidden aside name, so ``path`` is at every moment either the old or the new store)."""
+    if path.exists() and path.is_dir():
+        old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
+        os.replace(path, old)
+        os.replace(source, path)
+        _remove(old)
+    else:
+        os.replace(source, path)
+
+
 def write_dataset(ds: xr.Dataset, path: str | Path, compress: bool = False) -> Path:
     """Write ``ds`` to ``path`` (``.nc``: netCDF-4 via h5netcdf; ``.zarr``: zarr v2 store)."""
     path = Path(path)
@@ -32,13 +44,7 @@ def write_dataset(ds: xr.Dataset, path: str | Path, compress: bool = False) -> P
             # Zarr format 2 with consolidated metadata: the layout every zarr reader
             # opens, and the one plain ``xarray.open_dataset`` reads without warnings.
             ds.to_zarr(tmp, mode="w", zarr_format=2, consolidated=True)
-            if path.exists():
-                old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
-                os.replace(path, old)
-                os.replace(tmp, path)
-                _remove(old)
-            else:
-                os.replace(tmp, path)
+            replace_path(tmp, path)
         else:
             encoding = ({v: {"compression": "gzip", "compression_opts": 1} for v in ds.data_vars}
                         if compress else None)

@@ -21,7 +21,7 @@ from .outputs import OUTPUTS
 
 SECTIONS = {"study", "axes", "output", "search", "sensitivity", "pipeline"}
 STUDY_KEYS = {"name", "mode", "description", "dtype"}
-OUTPUT_KEYS = {"path", "variables", "chunk_points", "compress", "breakdown"}
+OUTPUT_KEYS = {"path", "variables", "chunk_points", "compress", "breakdown", "reduce", "workers"}
 DTYPES = ("float32", "float64")
 FORMATS = {".nc": "netcdf", ".zarr": "zarr"}
 DEFAULT_CHUNK_POINTS = 1 << 22
@@ -44,6 +44,8 @@ class Output:
     chunk_points: int
     compress: bool
     breakdown: bool = False
+    reduce: Any = None  # ReduceSpec: stream the grid into a reduction over these groups
+    workers: int | str = "auto"  # local worker processes for streamed sweeps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,13 +251,13 @@ def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = No
         hardware = pipeline.stages  # the stage table, in stage order
     study = Study(name=name, mode=mode, text=text, file=file, dims=tuple(dims), fixed=fixed,
                   models=tuple(table.values()), hardware=hardware,
-                  output=_parse_output(raw, file, mode), dtype=dtype,
+                  output=_parse_output(raw, file, mode, tuple(a.name for a in dims)), dtype=dtype,
                   sections=dict(raw), pipeline=pipeline)
     _check_contradictions(study)
     return study
 
 
-def _parse_output(raw: dict, file: str, mode: str) -> Output:
+def _parse_output(raw: dict, file: str, mode: str, axes: tuple[str, ...] = ()) -> Output:
     out = _table(raw, "output", file)
     for key in out:
         if key not in OUTPUT_KEYS:
@@ -302,7 +304,21 @@ def _parse_output(raw: dict, file: str, mode: str) -> Output:
     if not isinstance(compress, bool):
         raise InputError(file, "output.compress", f"value {compress!r} is not valid",
                          "true or false")
-    return Output(path, fmt, variables, chunk, compress, breakdown)
+    workers = out.get("workers", "auto")
+    if workers != "auto" and (isinstance(workers, bool) or not isinstance(workers, int)
+                              or workers < 1):
+        raise InputError(file, "output.workers", f"value {workers!r} is not valid",
+                         '"auto" (one process per core for big streamed sweeps) or an '
+                         "integer >= 1")
+    reduce = None
+    if "reduce" in out:
+        if mode == "pipeline":
+            raise InputError(file, "output.reduce", "applies to inference and training "
+                             "studies", "no [output.reduce] in pipeline mode")
+        from .reduce import parse_reduce
+
+        reduce = parse_reduce(out["reduce"], file, mode, axes)
+    return Output(path, fmt, variables, chunk, compress, breakdown, reduce, workers)
 
 
 def _check_contradictions(study: Study) -> None:

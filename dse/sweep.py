@@ -25,7 +25,18 @@ def _progress_bar(enabled: bool | None):
     return wrap
 
 
-def sweep(study: Study | str | Path, *, progress: bool | None = None) -> xr.Dataset:
+def _points_bar(enabled: bool | None):
+    """A factory of point-counting bars (streamed sweeps), or None."""
+    if enabled is False or (enabled is None and not sys.stderr.isatty()):
+        return None
+    from tqdm.auto import tqdm
+
+    return lambda total: tqdm(total=total, unit="pt", unit_scale=True, leave=False,
+                              smoothing=0.1)
+
+
+def sweep(study: Study | str | Path, *, progress: bool | None = None,
+          scheduler: str | None = None, workers: int | None = None) -> xr.Dataset:
     """Evaluate every point of ``study``'s grid and return the labelled Dataset.
 
     ``study`` is a :class:`~dse.study.Study` or the path of a study file. Dimensions are
@@ -33,24 +44,70 @@ def sweep(study: Study | str | Path, *, progress: bool | None = None) -> xr.Data
     depends on and carries ``units`` and ``long_name``; ``attrs`` hold the study text,
     dse version and the resolved hardware and model specs. Infeasible points are kept,
     flagged by ``valid`` and explained by the ``reason`` bit flags.
+
+    A study with ``[output.reduce]`` streams the grid through the reduction instead and
+    returns the reduced Dataset (over the ``by`` axes). ``scheduler`` (a dask
+    scheduler address) or ``workers`` (local processes) run the chunks elsewhere; the
+    result is the same.
     """
     if not isinstance(study, Study):
         study = load_study(study)
     start = time.perf_counter()
-    arrays, deps = grid.run(study, progress=_progress_bar(progress))
-    ds = to_dataset(study, arrays, deps)
+    if study.output.reduce is not None:
+        from .engine import reduce_grid
+
+        ds = reduce_grid(study, scheduler=scheduler, workers=workers,
+                         progress=_points_bar(progress))
+    elif scheduler is not None or (workers or 1) > 1:
+        import tempfile
+
+        from .engine import write_grid
+
+        with tempfile.TemporaryDirectory(prefix="dse-") as tmp:
+            partial = write_grid(study, Path(tmp) / "grid.zarr", scheduler=scheduler,
+                                 workers=workers, progress=_points_bar(progress))
+            with xr.open_zarr(partial.data) as ds:
+                ds = ds.load()
+    else:
+        arrays, deps = grid.run(study, progress=_progress_bar(progress))
+        ds = to_dataset(study, arrays, deps)
     ds.attrs["evaluation_s"] = time.perf_counter() - start
     return ds
 
 
 def sweep_to_file(study: Study | str | Path, out: str | Path | None = None, *,
-                  progress: bool | None = None) -> tuple[xr.Dataset, Path]:
-    """:func:`sweep`, then write atomically to ``out`` (default: the study's output path)."""
+                  progress: bool | None = None, scheduler: str | None = None,
+                  workers: int | None = None, resume: bool = False
+                  ) -> tuple[xr.Dataset, Path]:
+    """:func:`sweep` into ``out`` (default: the study's output path), atomically.
+
+    Streamed (chunk by chunk, resumable with ``resume=True``, on ``workers`` local
+    processes or a dask ``scheduler``) when the study reduces, writes zarr, or asks
+    for resume, workers or a scheduler; otherwise evaluated in memory and written
+    once. Either way ``out`` appears only when complete. Returns the Dataset (lazily
+    backed by the file for a streamed full grid) and the path.
+    """
+    from . import engine
+
     if not isinstance(study, Study):
         study = load_study(study)
     path = Path(out) if out is not None else study.output.path
     if path is None:
         path = Path("results") / f"{study.name}.nc"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    if study.output.reduce is not None:
+        ds = engine.reduce_grid(study, target=path, resume=resume, scheduler=scheduler,
+                                workers=workers, progress=_points_bar(progress))
+        ds.attrs["evaluation_s"] = time.perf_counter() - start
+        write_dataset(ds, path, compress=study.output.compress)
+        engine.Partial(path).remove()
+        return ds, path
+    n_workers = engine.resolve_workers(study, "write", workers, scheduler)
+    if path.suffix == ".zarr" or resume or scheduler is not None or n_workers > 1:
+        partial = engine.write_grid(study, path, resume=resume, scheduler=scheduler,
+                                    workers=workers, progress=_points_bar(progress))
+        return engine.finish_store(partial, path, study.output.compress), path
     ds = sweep(study, progress=progress)
     write_dataset(ds, path, compress=study.output.compress)
     return ds, path

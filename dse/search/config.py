@@ -71,8 +71,7 @@ def _as_list(value):
     return value if isinstance(value, list) else [value]
 
 
-def parse_constraint(text, file, outputs) -> Constraint:
-    key = "search.constraints"
+def parse_constraint(text, file, outputs, key: str = "search.constraints") -> Constraint:
     allowed = "'NAME' for a boolean output (fits, valid) or 'NAME <= NUMBER' (also >=, <, >)"
     if not isinstance(text, str):
         raise InputError(file, key, f"value {text!r} is not valid", allowed)

@@ -1,0 +1,334 @@
+"""Streamed sweeps: a grid's chunks run in this process, on local worker processes or on
+any dask.distributed cluster, into a zarr store or a reduction, resumably.
+
+The grid is cut into chunks once (:func:`dse.grid.plan`); a chunk is a task that any
+process can run from the study alone: evaluate it and either write its regions into
+the shared zarr store (:func:`write_task`) or reduce it inside the jitted evaluator
+(:func:`reduce_task`). Tasks are idempotent, so a task lost with a killed worker is
+simply run again, and a result never depends on which process ran what:
+
+- zarr chunks are aligned with the grid's chunks (each task owns whole zarr chunks);
+- reduction partials are folded on the client in grid order.
+
+XLA on CPU runs this elementwise work on one core, so one worker process per core is
+what uses a machine; a dask cluster extends that to many machines (the store path
+must then be on storage every worker sees).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import pickle
+from pathlib import Path
+
+import jax
+import numpy as np
+import xarray as xr
+
+from . import grid
+from .errors import InputError
+from .outputs import OUTPUTS
+from .store import Partial, fingerprint  # noqa: F401 (Partial re-exported)
+
+# Below these sizes (points x evaluations per point) a local cluster's start-up and
+# per-worker compilation (~5 s) costs more than the second core saves.
+AUTO_WORKERS_MIN_POINTS = {"reduce": 4e8, "write": 6e7}
+
+
+# --- worker side ----------------------------------------------------------------------
+
+_PREPARED: dict[str, dict] = {}
+
+
+def _prepared(study, kind: str, spec=None) -> dict:
+    """Per-process cache: the study's tables, chunk plan and compiled chunk function."""
+    key = hashlib.sha256(pickle.dumps((study, kind, spec))).hexdigest()
+    if key not in _PREPARED:
+        from .evaluate import enable_compilation_cache
+
+        if os.environ.get("DSE_WORKER") == "1":
+            enable_compilation_cache()
+        prep = {"tables": grid.tables(study), "chunks": grid.plan(study.shape,
+                                                                  grid.chunk_budget(study))}
+        if kind == "reduce":
+            from .reduce import chunk_kernel
+
+            axis = prep["chunks"][0].axis
+            prep["fn"] = jax.jit(chunk_kernel(study, spec, axis))
+        _PREPARED.clear()  # one study at a time per worker
+        _PREPARED[key] = prep
+    return _PREPARED[key]
+
+
+def reduce_task(study, spec, index: int) -> dict:
+    """Reduce chunk ``index``: small numpy arrays over the chunk's ``by`` sub-block."""
+    from .reduce import histogram_counts
+
+    prep = _prepared(study, "reduce", spec)
+    chunk = prep["chunks"][index]
+    with jax.enable_x64(study.dtype == "float64"):
+        part = prep["fn"](grid.chunk_point(study, chunk), np.int32(chunk.stop - chunk.start),
+                          *prep["tables"])
+        part = {k: np.asarray(v) for k, v in part.items()}
+    if "bin" in part:
+        dims = [a.name for a in study.dims]
+        by_axes = [i for i, d in enumerate(dims) if d in spec.by]
+        part["histogram"] = histogram_counts(by_axes, spec.histogram.bins + 2, part.pop("bin"))
+    return part
+
+
+def write_task(study, store: str, done_dir: str, names: tuple[str, ...], deps: dict,
+               index: int) -> int:
+    """Evaluate chunk ``index``, write the regions it owns into ``store``, mark it done."""
+    import zarr
+
+    from .evaluate import evaluate
+
+    prep = _prepared(study, "write")
+    chunk = prep["chunks"][index]
+    extra = {n: len(OUTPUTS[study.mode][n].dims) for n in names}
+    with jax.enable_x64(study.dtype == "float64"):
+        out = evaluate(grid.chunk_point(study, chunk), *prep["tables"], study.mode, names,
+                       study.features)
+        group = zarr.open_group(store, mode="r+", zarr_format=2)
+        for name, target, array, first in grid.chunk_pieces(study, chunk, out, extra, deps):
+            if first:
+                group[name][target] = array
+    Partial.mark_in(Path(done_dir), index)
+    return index
+
+
+# --- client side ----------------------------------------------------------------------
+
+def resolve_workers(study, kind: str, workers: int | None, scheduler: str | None) -> int:
+    """How many local worker processes: the study's or caller's choice, else by size."""
+    if scheduler is not None:
+        return 0
+    choice = workers if workers is not None else study.output.workers
+    if choice != "auto":
+        return int(choice)
+    work = study.size * study.evaluation_width
+    return os.cpu_count() or 1 if work >= AUTO_WORKERS_MIN_POINTS[kind] else 1
+
+
+class _Progress:
+    def __init__(self, progress, total_points: int, chunk_points):
+        self.bar = progress(total_points) if progress is not None else None
+        self.chunk_points = chunk_points
+
+    def update(self, index: int) -> None:
+        if self.bar is not None:
+            self.bar.update(self.chunk_points(index))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def execute(fn, args, indices, on_done, *, scheduler=None, workers: int = 1,
+            progress: _Progress | None = None) -> None:
+    """Run ``fn(*args, i)`` for every chunk index; ``on_done(i, result)`` on this process.
+
+    In-process when ``workers`` <= 1 and no ``scheduler``; otherwise on a dask cluster:
+    the one at ``scheduler``, or a local one of ``workers`` processes (one thread each).
+    """
+    indices = list(indices)
+    if not indices:
+        return
+    if scheduler is None and workers <= 1:
+        for i in indices:
+            on_done(i, fn(*args, i))
+            if progress:
+                progress.update(i)
+        return
+    from dask.distributed import as_completed
+
+    client, close = _client(scheduler, workers)
+    try:
+        shared = [client.scatter(a, broadcast=True, hash=False) if not isinstance(
+            a, (str, int, float, tuple)) else a for a in args]
+        token = hashlib.sha256(pickle.dumps(args)).hexdigest()[:16]
+        futures = {client.submit(fn, *shared, i, key=f"dse-{fn.__name__}-{token}-{i}",
+                                 pure=False, retries=2): i for i in indices}
+        for future in as_completed(futures):
+            i = futures[future]
+            on_done(i, future.result())
+            future.release()
+            if progress:
+                progress.update(i)
+    finally:
+        close()
+
+
+def _client(scheduler, workers):
+    from dask.distributed import Client, LocalCluster
+
+    if scheduler is not None:
+        try:
+            client = Client(scheduler, timeout="10s")
+        except (OSError, TimeoutError, ValueError) as err:
+            raise InputError("--scheduler", scheduler, f"cannot connect to the dask scheduler "
+                             f"({err})", "the address of a running dask scheduler, e.g. "
+                             "tcp://10.0.0.1:8786") from None
+        _check_versions(client)
+        return client, client.close
+    os.environ["DSE_WORKER"] = "1"  # inherited by the spawned workers
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                           dashboard_address=None, silence_logs=logging.ERROR)
+    client = Client(cluster)
+
+    def close():
+        client.close()
+        cluster.close()
+
+    return client, close
+
+
+def _version() -> str:
+    from ._version import __version__
+
+    return __version__
+
+
+def _check_versions(client) -> None:
+    from ._version import __version__
+
+    found = set(client.run(_version).values())
+    if found and found != {__version__}:
+        raise InputError("--scheduler", None, f"workers run dse {', '.join(sorted(found))}, "
+                         f"this client {__version__}", "the same dse version on every worker")
+
+
+def _chunk_points(study, chunks):
+    def points(i):
+        c = chunks[i]
+        inner = int(np.prod(study.shape[c.axis + 1:])) if study.shape else 1
+        return (c.stop - c.start) * inner
+    return points
+
+
+def reduce_grid(study, *, target: Path | None = None, resume: bool = False,
+                scheduler: str | None = None, workers: int | None = None,
+                progress=None) -> xr.Dataset:
+    """Stream the grid through the study's ``[output.reduce]``; the reduced Dataset.
+
+    With ``target``, finished chunks' partials are kept beside it so an interrupted
+    run continues with ``resume=True``.
+    """
+    from .reduce import Accumulator
+
+    spec = study.output.reduce
+    chunks = grid.plan(study.shape, grid.chunk_budget(study))
+    partial = Partial(target) if target is not None else None
+    done = partial.open(fingerprint(study, "reduce", len(chunks), repr(spec)), resume) \
+        if partial else set()
+    acc = Accumulator(study, spec)
+    pending: dict[int, dict] = {}
+    state = {"next": 0}
+
+    def fold(i, part):
+        pending[i] = part
+        while state["next"] in pending:
+            acc.add(chunks[state["next"]], pending.pop(state["next"]))
+            state["next"] += 1
+
+    def on_done(i, part):
+        if partial:
+            partial.mark(i, part)
+        fold(i, part)
+
+    for i in sorted(done):
+        fold(i, partial.load(i))
+    bar = _Progress(progress, study.size, _chunk_points(study, chunks))
+    if bar.bar is not None:
+        bar.bar.update(sum(_chunk_points(study, chunks)(i) for i in done))
+    try:
+        execute(reduce_task, (study, spec), [i for i in range(len(chunks)) if i not in done],
+                on_done, scheduler=scheduler,
+                workers=resolve_workers(study, "reduce", workers, scheduler), progress=bar)
+    finally:
+        bar.close()
+    assert state["next"] == len(chunks), "every chunk is folded"
+    return acc.finish()
+
+
+def write_grid(study, target: Path, *, resume: bool = False, scheduler: str | None = None,
+               workers: int | None = None, progress=None) -> Partial:
+    """Stream every output of the grid into the partial zarr store beside ``target``.
+
+    Returns the :class:`Partial` whose ``data`` store is complete (not yet renamed).
+    """
+    names = tuple(study.variables)
+    chunks = grid.plan(study.shape, grid.chunk_budget(study))
+    deps = grid.dependencies(study, names)
+    partial = Partial(target)
+    done = partial.open(fingerprint(study, "write", len(chunks)), resume)
+    if not done or not (partial.data / ".zgroup").exists():
+        done = set()
+        create_store(study, partial.data, names, deps, chunks)
+    bar = _Progress(progress, study.size, _chunk_points(study, chunks))
+    if bar.bar is not None:
+        bar.bar.update(sum(_chunk_points(study, chunks)(i) for i in done))
+    try:
+        execute(write_task, (study, str(partial.data), str(partial.done_dir), names, deps),
+                [i for i in range(len(chunks)) if i not in done], lambda i, r: None,
+                scheduler=scheduler, workers=resolve_workers(study, "write", workers, scheduler),
+                progress=bar)
+    finally:
+        bar.close()
+    missing = set(range(len(chunks))) - partial.done()
+    if missing:
+        raise RuntimeError(f"chunks {sorted(missing)[:5]} did not complete")
+    return partial
+
+
+def create_store(study, path: Path, names, deps, chunks) -> None:
+    """An empty zarr store (format 2) with every output's layout, chunked like the grid."""
+    import dask.array as da
+
+    from .dataset import to_dataset
+    from .evaluate import evaluate
+
+    models, hardware = grid.tables(study)
+    point = grid.chunk_point(study, chunks[0])
+    with jax.enable_x64(study.dtype == "float64"):
+        shapes = jax.eval_shape(lambda p: evaluate(p, models, hardware, study.mode, names,
+                                                   study.features), point)
+    sizes = dict(zip([a.name for a in study.dims], study.shape))
+    dims = [a.name for a in study.dims]
+    axis, length = chunks[0].axis, chunks[0].length
+    arrays, encoding = {}, {}
+    for name in names:
+        n_extra = len(OUTPUTS[study.mode][name].dims)
+        lead = shapes[name].shape[:n_extra]
+        shape = tuple(lead) + tuple(sizes[d] for d in deps[name])
+        zchunks = tuple(lead) + tuple(
+            1 if dims.index(d) < axis else length if dims.index(d) == axis else sizes[d]
+            for d in deps[name])
+        arrays[name] = da.empty(shape, dtype=shapes[name].dtype, chunks=zchunks)
+        encoding[name] = {"chunks": zchunks}
+        if not study.output.compress:
+            encoding[name]["compressors"] = None
+    ds = to_dataset(study, arrays, deps)
+    ds.to_zarr(path, mode="w", compute=False, zarr_format=2, consolidated=False,
+               encoding=encoding)
+
+
+def finish_store(partial: Partial, target: Path, compress: bool) -> xr.Dataset:
+    """Move a complete store to ``target`` (.zarr: rename; .nc: convert) and open it."""
+    import zarr
+
+    from .io import replace_path, write_dataset
+
+    zarr.consolidate_metadata(str(partial.data), zarr_format=2)
+    if target.suffix == ".zarr":
+        replace_path(partial.data, target)
+        partial.remove()
+        return xr.open_zarr(target)
+    with xr.open_zarr(partial.data) as ds:
+        write_dataset(ds, target, compress=compress)
+    partial.remove()
+    return xr.open_dataset(target, engine="h5netcdf")
+

@@ -1,0 +1,377 @@
+"""Streaming reductions: a grid too big to keep, reduced chunk by chunk in bounded memory.
+
+``[output.reduce]`` keeps the ``by`` axes and reduces every other one: per group, the
+best feasible point by ``objective`` (with every output re-evaluated there and the
+reduced axes' values that reach it), counts of valid and feasible points and of each
+infeasibility reason, and optionally a histogram of one output over the feasible
+points. Feasible means valid (no ``reason`` flag) and within ``constraints`` (the
+``[search]`` syntax, e.g. ``"ttft_s <= 2"``).
+
+Each chunk is reduced inside the jitted evaluator (the outputs are never written to
+memory); chunk partials are combined in grid order with a strict comparison, so ties
+go to the first point in C order whatever the chunk size, worker count or completion
+order: a streamed result is identical to one reduction of the whole grid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
+
+from .errors import InputError, suggest
+from .outputs import OUTPUTS, PRIMARY_METRIC, REASON_BITS
+
+KEYS = {"by", "objective", "direction", "constraints", "histogram"}
+HISTOGRAM_KEYS = {"variable", "bins", "range", "log"}
+_NONE = np.iinfo(np.int64).max  # "no feasible point" in the best-index accumulator
+
+
+@dataclasses.dataclass(frozen=True)
+class Histogram:
+    variable: str
+    bins: int
+    low: float
+    high: float
+    log: bool
+
+    def edges(self) -> np.ndarray:
+        if self.log:
+            return np.logspace(math.log10(self.low), math.log10(self.high), self.bins + 1)
+        return np.linspace(self.low, self.high, self.bins + 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReduceSpec:
+    by: tuple[str, ...]
+    objective: str
+    direction: str
+    constraints: tuple  # search.config.Constraint
+    histogram: Histogram | None = None
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The outputs a chunk reduction evaluates."""
+        names = [self.objective, "valid", "reason"] + [c.variable for c in self.constraints]
+        if self.histogram:
+            names.append(self.histogram.variable)
+        return tuple(dict.fromkeys(names))
+
+
+def parse_reduce(raw, file: str, mode: str, axes: tuple[str, ...]) -> ReduceSpec:
+    """Validate ``[output.reduce]`` for a study of ``mode`` with grid ``axes``."""
+    from .search.config import parse_constraint
+
+    key = "output.reduce"
+    if not isinstance(raw, dict):
+        raise InputError(file, key, f"value {raw!r} is not valid",
+                         "a table: by, objective, direction, constraints, histogram")
+    for k in raw:
+        if k not in KEYS:
+            raise InputError(file, f"{key}.{k}", "unknown key" + suggest(k, KEYS),
+                             ", ".join(sorted(KEYS)))
+    outputs = OUTPUTS[mode]
+    by = raw.get("by", [])
+    if isinstance(by, str):
+        by = [by]
+    if not isinstance(by, list) or any(b not in axes for b in by) or len(set(by)) != len(by):
+        raise InputError(file, f"{key}.by", f"value {raw.get('by')!r} is not valid",
+                         "a list of distinct study axes: " + (", ".join(axes) or "(none)"))
+    numeric = [k for k, v in outputs.items() if v.kind == "float" and not v.dims]
+    objective = raw.get("objective", PRIMARY_METRIC[mode])
+    if objective not in numeric:
+        raise InputError(file, f"{key}.objective", f"{objective!r} is not a numeric output"
+                         + suggest(str(objective), numeric), ", ".join(numeric))
+    direction = raw.get("direction", "maximize")
+    if direction not in ("maximize", "minimize"):
+        raise InputError(file, f"{key}.direction", f"value {direction!r} is not valid",
+                         "maximize or minimize")
+    constraints = raw.get("constraints", [])
+    if not isinstance(constraints, list):
+        raise InputError(file, f"{key}.constraints", f"value {constraints!r} is not valid",
+                         "a list of constraint strings such as \"ttft_s <= 2\"")
+    constraints = tuple(parse_constraint(c, file, outputs, f"{key}.constraints")
+                        for c in constraints)
+    histogram = raw.get("histogram")
+    if histogram is not None:
+        histogram = _parse_histogram(histogram, file, f"{key}.histogram", numeric)
+    # Axes are ordered as in the study, whatever order ``by`` lists them in.
+    return ReduceSpec(tuple(a for a in axes if a in by), objective, direction, constraints,
+                      histogram)
+
+
+def _parse_histogram(raw, file, key, numeric) -> Histogram:
+    allowed = "{ variable = NAME, range = [LOW, HIGH], bins = N, log = true|false }"
+    if isinstance(raw, str):
+        raw = {"variable": raw}
+    if not isinstance(raw, dict):
+        raise InputError(file, key, f"value {raw!r} is not valid", allowed)
+    for k in raw:
+        if k not in HISTOGRAM_KEYS:
+            raise InputError(file, f"{key}.{k}", "unknown key" + suggest(k, HISTOGRAM_KEYS),
+                             ", ".join(sorted(HISTOGRAM_KEYS)))
+    variable = raw.get("variable")
+    if variable not in numeric:
+        raise InputError(file, f"{key}.variable", f"{variable!r} is not a numeric output"
+                         + suggest(str(variable), numeric), ", ".join(numeric))
+    bins = raw.get("bins", 50)
+    if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= 10_000:
+        raise InputError(file, f"{key}.bins", f"value {bins!r} is not valid",
+                         "an integer from 1 to 10000")
+    log = raw.get("log", False)
+    if not isinstance(log, bool):
+        raise InputError(file, f"{key}.log", f"value {log!r} is not valid", "true or false")
+    rng = raw.get("range")
+    ok = (isinstance(rng, list) and len(rng) == 2
+          and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                  for v in rng) and rng[0] < rng[1] and (not log or rng[0] > 0))
+    if not ok:
+        raise InputError(file, f"{key}.range", f"value {rng!r} is not valid",
+                         "[LOW, HIGH] with LOW < HIGH, in the variable's SI units"
+                         + (" and LOW > 0 for log bins" if log else ""))
+    return Histogram(variable, bins, float(rng[0]), float(rng[1]), log)
+
+
+# --- the per-chunk kernel -------------------------------------------------------------
+
+def _bin_index(x, h: Histogram):
+    """Bin of each value: 0 below the range, 1..bins inside, bins + 1 above."""
+    lo, hi = (math.log10(h.low), math.log10(h.high)) if h.log else (h.low, h.high)
+    t = jnp.log10(jnp.maximum(x, 1e-300 if x.dtype == jnp.float64 else 1e-38)) if h.log else x
+    b = jnp.floor((t - lo) / (hi - lo) * h.bins)
+    b = jnp.where(jnp.isnan(b), h.bins, b)  # not finite: counted above the range
+    return jnp.clip(b, -1, h.bins).astype(jnp.int32) + 1
+
+
+def chunk_kernel(study, spec: ReduceSpec, axis: int):
+    """``fn(point, n_real, models, hardware) -> partial`` reducing one chunk inside jit.
+
+    The chunk block has rank R with the block along ``axis`` (padded past ``n_real``).
+    The partial holds, over the chunk's ``by`` sub-block: the best objective value, the
+    C-order index of its first occurrence in the block (int32; blocks are bounded by
+    the chunk budget), valid/feasible counts and per-reason counts, and the histogram
+    bin of every point (host-side bincount).
+    """
+    from .evaluate import _EVALUATORS
+
+    dims = [a.name for a in study.dims]
+    rank = len(dims)
+    rest = tuple(i for i, d in enumerate(dims) if d not in spec.by)
+    names = frozenset(spec.inputs)
+    sign = 1.0 if spec.direction == "maximize" else -1.0
+    evaluator = _EVALUATORS[study.mode]
+
+    def fn(point, n_real, models, hardware):
+        out = evaluator(point, models, hardware, study.features, names)
+        shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in jax.tree_util.tree_leaves(point)))
+        full = functools.partial(jnp.broadcast_to, shape=shape)
+        real = jax.lax.broadcasted_iota(jnp.int32, shape, axis) < n_real if rank else True
+        valid = full(out["valid"]) & real
+        ok = valid
+        for c in spec.constraints:
+            x = out[c.variable]
+            if c.bound is None:
+                ok = ok & x
+            else:
+                ok = ok & {"<=": x <= c.bound, "<": x < c.bound,
+                           ">=": x >= c.bound, ">": x > c.bound}[c.op]
+        value = sign * out[spec.objective]
+        ok = ok & ~jnp.isnan(value)
+        score = jnp.where(ok, value, -jnp.inf)
+        # Materialize the score once: every reduction below reads it (XLA otherwise
+        # re-fuses the whole evaluator into each reduction).
+        score = jax.lax.optimization_barrier(full(score))
+        best = jnp.max(score, axis=rest, keepdims=True) if rest else score
+        flat = jnp.arange(math.prod(shape), dtype=jnp.int32).reshape(shape)
+        index = jnp.where((score == best) & (score > -jnp.inf), flat, jnp.int32(2**31 - 1))
+        part = {
+            "best": best.reshape([shape[i] for i in range(rank) if i not in rest]),
+            "index": jnp.min(index, axis=rest) if rest else index,
+            "n_valid": jnp.sum(valid, axis=rest, dtype=jnp.int32),
+            "n_feasible": jnp.sum(score > -jnp.inf, axis=rest, dtype=jnp.int32),
+        }
+        reason = full(out["reason"])
+        part["reason_count"] = jnp.stack(
+            [jnp.sum(((reason & jnp.uint8(bit)) != 0) & real, axis=rest, dtype=jnp.int32)
+             for bit in REASON_BITS.values()])
+        if spec.histogram is not None:
+            b = _bin_index(full(out[spec.histogram.variable]), spec.histogram)
+            part["bin"] = jnp.where(score > -jnp.inf, b, spec.histogram.bins + 2)
+        return part
+
+    return fn
+
+
+# --- combining partials in grid order -------------------------------------------------
+
+class Accumulator:
+    """Running reduction over the ``by`` groups; ``add`` chunk partials in grid order."""
+
+    def __init__(self, study, spec: ReduceSpec):
+        self.study, self.spec = study, spec
+        dims = [a.name for a in study.dims]
+        self.by_axes = [i for i, d in enumerate(dims) if d in spec.by]
+        shape = tuple(study.shape[i] for i in self.by_axes)
+        self.best = np.full(shape, -np.inf, np.float64)
+        self.index = np.full(shape, _NONE, np.int64)
+        self.n_valid = np.zeros(shape, np.int64)
+        self.n_feasible = np.zeros(shape, np.int64)
+        self.reason_count = np.zeros((len(REASON_BITS),) + shape, np.int64)
+        h = spec.histogram
+        self.histogram = np.zeros(shape + (h.bins + 2,), np.int64) if h else None
+
+    def add(self, chunk, part: dict) -> None:
+        """Fold one chunk's partial (numpy arrays) into the totals."""
+        study = self.study
+        dims = study.shape
+        block = [1] * len(dims)
+        for i in range(len(dims)):
+            if i == chunk.axis:
+                block[i] = chunk.length
+            elif i > chunk.axis:
+                block[i] = dims[i]
+        n = chunk.stop - chunk.start
+        # the chunk's by sub-block: in the accumulator (target) and in the partial (source)
+        target, source = [], []
+        for i in self.by_axes:
+            if i < chunk.axis:
+                target.append(slice(chunk.outer[i], chunk.outer[i] + 1))
+                source.append(slice(None))
+            elif i == chunk.axis:
+                target.append(slice(chunk.start, chunk.stop))
+                source.append(slice(0, n))
+            else:
+                target.append(slice(None))
+                source.append(slice(None))
+        target, source = tuple(target), tuple(source)
+        best = np.asarray(part["best"], np.float64)[source]
+        local = np.asarray(part["index"])[source].astype(np.int64)
+        better = best > self.best[target]  # strict: earlier chunks win ties
+        found = local < 2**31 - 1
+        coords = np.unravel_index(np.where(found, local, 0), block)
+        offset = [np.full(local.shape, chunk.outer[i]) if i < chunk.axis
+                  else coords[i] + (chunk.start if i == chunk.axis else 0)
+                  for i in range(len(dims))]
+        flat = np.ravel_multi_index(offset, dims) if dims else np.zeros(local.shape, np.int64)
+        self.best[target] = np.where(better, best, self.best[target])
+        self.index[target] = np.where(better & found, flat, self.index[target])
+        self.n_valid[target] += np.asarray(part["n_valid"])[source]
+        self.n_feasible[target] += np.asarray(part["n_feasible"])[source]
+        self.reason_count[(slice(None),) + target] += np.asarray(part["reason_count"])[
+            (slice(None),) + source]
+        if self.histogram is not None:
+            self.histogram[target] += np.asarray(part["histogram"])[source]
+
+    def finish(self) -> xr.Dataset:
+        return reduced_dataset(self)
+
+
+def histogram_counts(by_axes: list[int], n_bins: int, bins) -> np.ndarray:
+    """Per by-group counts of one chunk's per-point bins (0..n_bins; n_bins: not counted)."""
+    bins = np.asarray(bins)
+    by_shape = [bins.shape[i] for i in by_axes]
+    groups = math.prod(by_shape)
+    rest = [i for i in range(bins.ndim) if i not in by_axes]
+    # group-major layout: by axes first, then the reduced ones
+    key = np.transpose(bins, by_axes + rest).reshape(groups, -1).astype(np.int64)
+    key = key + (np.arange(groups, dtype=np.int64) * (n_bins + 1))[:, None]
+    counts = np.bincount(key.ravel(), minlength=groups * (n_bins + 1))
+    return counts.reshape(groups, n_bins + 1)[:, :n_bins].reshape(by_shape + [n_bins])
+
+
+def reduced_dataset(acc: Accumulator) -> xr.Dataset:
+    """The reduction as a Dataset over the ``by`` axes (outputs at each group's best)."""
+    from .dataset import coords, provenance
+    from .grid import knob_attrs
+
+    study, spec = acc.study, acc.spec
+    meta = OUTPUTS[study.mode]
+    dims = [a.name for a in study.dims]
+    by = list(spec.by)
+    shape = acc.best.shape
+    reduced = [d for d in dims if d not in by]
+    ds = xr.Dataset(coords={k: v for k, v in coords(study).items()
+                            if k in by or k not in dims}, attrs=provenance(study))
+    total = int(np.prod([study.shape[i] for i, d in enumerate(dims) if d not in by]))
+    ds["n_points"] = xr.Variable((), total, {
+        "units": "1", "long_name": "grid points per group (over the reduced axes)"})
+    ds["n_valid"] = xr.Variable(by, acc.n_valid, {
+        "units": "1", "long_name": "valid points (no infeasibility reason) per group"})
+    ds["n_feasible"] = xr.Variable(by, acc.n_feasible, {
+        "units": "1", "long_name": "feasible points (valid and within the constraints) per group"})
+    ds = ds.assign_coords(reason_flag=("reason_flag", list(REASON_BITS)))
+    ds["reason_count"] = xr.Variable(("reason_flag",) + tuple(by), acc.reason_count, {
+        "units": "1", "long_name": "points flagged with each infeasibility reason per group"})
+    found = acc.index != _NONE
+    ds["best_index"] = xr.Variable(by, np.where(found, acc.index, -1), {
+        "units": "1", "long_name": "C-order flat index of the best feasible point in the "
+        "full grid (-1: none)"})
+    # The reduced axes' values at the best point, and every output evaluated there.
+    flat = acc.index[found]
+    where = np.unravel_index(flat, study.shape) if dims else ()
+    columns = {d: [study.dims[i].values[j] for j in where[i]] for i, d in enumerate(dims)}
+    for i, d in enumerate(dims):
+        if d in by:
+            continue
+        values = np.asarray(study.dims[i].values)
+        text = values.dtype.kind in "UO"
+        out = np.full(shape, "" if text else np.nan, object if text else np.float64)
+        out[found] = [str(v) if text else v for v in columns[d]]
+        ds[f"best_{d}"] = xr.Variable(by, out.astype(str) if text else out, {
+            **knob_attrs(study, d), "long_name": f"{knob_attrs(study, d)['long_name']} "
+            "at the best feasible point"})
+    names = [n for n in study.variables if meta[n].kind == "float" and not meta[n].dims]
+    values = evaluate_points(study, columns, names) if flat.size else {}
+    for name in names:
+        out = np.full(shape, np.nan, np.float64)
+        if flat.size:
+            out[found] = values[name]
+        ds[name] = xr.Variable(by, out, {
+            "units": meta[name].units,
+            "long_name": f"{meta[name].long_name} at the best feasible point by "
+                         f"{spec.objective} ({spec.direction})"})
+    if spec.histogram is not None:
+        h = spec.histogram
+        edges = h.edges()
+        centers = np.sqrt(edges[1:] * edges[:-1]) if h.log else (edges[1:] + edges[:-1]) / 2
+        var = meta[h.variable]
+        bin_dim = f"{h.variable}_bin"
+        ds = ds.assign_coords({bin_dim: xr.Variable(bin_dim, centers, {
+            "units": var.units, "long_name": f"{var.long_name} (bin centre)",
+            "bounds": f"{bin_dim}_bounds"})})
+        ds[f"{bin_dim}_bounds"] = xr.Variable((bin_dim, "bound"),
+                                              np.stack([edges[:-1], edges[1:]], 1),
+                                              {"units": var.units})
+        counts = acc.histogram
+        ds[f"{h.variable}_histogram"] = xr.Variable(tuple(by) + (bin_dim,), counts[..., 1:-1], {
+            "units": "1", "long_name": f"feasible points per {var.long_name} bin"
+            + (" (log-spaced)" if h.log else "")})
+        ds[f"{h.variable}_below_range"] = xr.Variable(by, counts[..., 0], {
+            "units": "1", "long_name": f"feasible points with {h.variable} below {h.low:g}"})
+        ds[f"{h.variable}_above_range"] = xr.Variable(by, counts[..., -1], {
+            "units": "1", "long_name": f"feasible points with {h.variable} at or above "
+                                       f"{h.high:g} (or not finite)"})
+    ds.attrs.update(reduction=f"best by {spec.objective} ({spec.direction}) over "
+                    f"{', '.join(reduced) or 'nothing'}", reduced_axes=" ".join(reduced),
+                    reduce_by=" ".join(by),
+                    constraints="; ".join(str(c) for c in spec.constraints))
+    return ds
+
+
+def evaluate_points(study, columns: dict[str, list], names: list[str]) -> dict:
+    """The outputs ``names`` at a vector of points (``columns``: one list per axis)."""
+    from .evaluate import evaluate
+    from .grid import tables
+    from .search.space import point
+
+    models, hardware = tables(study)
+    with jax.enable_x64(study.dtype == "float64"):
+        out = evaluate(point(study, columns), models, hardware, study.mode, tuple(names),
+                       study.features)
+        n = len(next(iter(columns.values()))) if columns else 1
+        return {k: np.broadcast_to(np.asarray(v, np.float64), (n,)) for k, v in out.items()}
