@@ -21,20 +21,34 @@ EXIT_INPUT = 2
 
 def _cmd_sweep(args) -> int:
     from .study import FORMATS, load_study
-    from .summary import sweep_summary
+    from .summary import reduce_summary, sweep_summary
     from .sweep import sweep_to_file
 
     study = load_study(args.study)
     if args.output is not None and Path(args.output).suffix not in FORMATS:
         raise InputError("-o", args.output, "unsupported output extension",
                          "a path ending in .nc or .zarr")
+    if args.workers is not None and args.workers < 1:
+        raise InputError("--workers", str(args.workers), "must be at least 1",
+                         "an integer >= 1 (local worker processes)")
     start = time.perf_counter()
-    ds, path = sweep_to_file(study, args.output, progress=None if not args.quiet else False)
+    ds, path = sweep_to_file(study, args.output, progress=None if not args.quiet else False,
+                             scheduler=args.scheduler, workers=args.workers,
+                             resume=args.resume)
     seconds = time.perf_counter() - start
     if not args.quiet:
-        print(sweep_summary(ds, seconds))
+        if study.output.reduce is not None:
+            print(reduce_summary(ds, seconds))
+        elif study.size <= SUMMARY_MAX_POINTS:
+            print(sweep_summary(ds, seconds))
+        else:
+            print(f"{study.name}: {study.size:,} points in {seconds:.3g} s "
+                  f"({study.size / seconds:.3g} points/s)")
     print(f"wrote {path}")
     return 0
+
+
+SUMMARY_MAX_POINTS = 50_000_000  # bigger streamed grids are not read back for a summary
 
 
 EXIT_INFEASIBLE = 3
@@ -163,6 +177,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("study", help="study .toml file")
     p.add_argument("-o", "--output", help="output path (.nc or .zarr); default: [output] path")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary, no progress bar")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="run the chunks on this dask "
+                   "scheduler (e.g. tcp://10.0.0.1:8786); the output path must be on storage "
+                   "every worker sees")
+    p.add_argument("--workers", type=int, metavar="N", help="local worker processes (default: "
+                   "[output] workers, \"auto\": one per core for big streamed sweeps)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted sweep from "
+                   "its finished chunks (kept in .NAME.partial beside the output)")
     p.set_defaults(run=_cmd_sweep)
 
     p = verbs.add_parser("search", help="optuna search of a study's space ([search] section)",

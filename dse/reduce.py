@@ -170,9 +170,29 @@ def chunk_kernel(study, spec: ReduceSpec, axis: int):
         out = evaluator(point, models, hardware, study.features, names)
         shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in jax.tree_util.tree_leaves(point)))
         full = functools.partial(jnp.broadcast_to, shape=shape)
-        real = jax.lax.broadcasted_iota(jnp.int32, shape, axis) < n_real if rank else True
-        valid = full(out["valid"]) & real
-        ok = valid
+        by_shape = [shape[i] for i in range(rank) if i not in rest]
+
+        def real(x):
+            """``x`` padded to rank R, and a mask of the chunk's real (unpadded) points."""
+            x = jnp.reshape(x, (1,) * (rank - jnp.ndim(x)) + jnp.shape(x))
+            if rank == 0 or x.shape[axis] == 1:
+                return x, True
+            return x, jax.lax.broadcasted_iota(jnp.int32, x.shape, axis) < n_real
+
+        def count(x):
+            """Points where ``x`` holds, per group, counted at ``x``'s own (un-broadcast)
+            shape: flags that do not vary along an axis are not expanded over it."""
+            x, mask = real(x)
+            weight = jnp.int32(1)
+            for i in rest:
+                if x.shape[i] == 1:
+                    weight = weight * (n_real if i == axis else shape[i])
+            total = jnp.sum(x & mask, axis=rest, dtype=jnp.int32, keepdims=True) * weight
+            keep = [1 if i in rest else shape[i] for i in range(rank)]
+            return jnp.broadcast_to(total, keep).reshape(by_shape)
+
+        reason = out["reason"]
+        ok = full(real(out["valid"])[1]) & out["valid"]
         for c in spec.constraints:
             x = out[c.variable]
             if c.bound is None:
@@ -182,26 +202,34 @@ def chunk_kernel(study, spec: ReduceSpec, axis: int):
                            ">=": x >= c.bound, ">": x > c.bound}[c.op]
         value = sign * out[spec.objective]
         ok = ok & ~jnp.isnan(value)
-        score = jnp.where(ok, value, -jnp.inf)
+        score = full(jnp.where(ok, value, -jnp.inf))
         # Materialize the score once: every reduction below reads it (XLA otherwise
-        # re-fuses the whole evaluator into each reduction).
-        score = jax.lax.optimization_barrier(full(score))
+        # fuses the whole evaluator into each reduction and recomputes it).
+        score = jax.lax.optimization_barrier(score)
+        feasible = score > -jnp.inf
         best = jnp.max(score, axis=rest, keepdims=True) if rest else score
         flat = jnp.arange(math.prod(shape), dtype=jnp.int32).reshape(shape)
-        index = jnp.where((score == best) & (score > -jnp.inf), flat, jnp.int32(2**31 - 1))
+        index = jnp.where((score == best) & feasible, flat, jnp.int32(2**31 - 1))
         part = {
-            "best": best.reshape([shape[i] for i in range(rank) if i not in rest]),
+            "best": best.reshape(by_shape),
             "index": jnp.min(index, axis=rest) if rest else index,
-            "n_valid": jnp.sum(valid, axis=rest, dtype=jnp.int32),
-            "n_feasible": jnp.sum(score > -jnp.inf, axis=rest, dtype=jnp.int32),
+            "n_valid": count(out["valid"]),
+            "n_feasible": jnp.sum(feasible, axis=rest, dtype=jnp.int32),
+            "reason_count": jnp.stack([count((reason & jnp.uint8(bit)) != 0)
+                                       for bit in REASON_BITS.values()]),
         }
-        reason = full(out["reason"])
-        part["reason_count"] = jnp.stack(
-            [jnp.sum(((reason & jnp.uint8(bit)) != 0) & real, axis=rest, dtype=jnp.int32)
-             for bit in REASON_BITS.values()])
         if spec.histogram is not None:
-            b = _bin_index(full(out[spec.histogram.variable]), spec.histogram)
-            part["bin"] = jnp.where(score > -jnp.inf, b, spec.histogram.bins + 2)
+            # One integer key per point: group * (bins + 3) + bin, bin bins + 2 marking an
+            # infeasible point; the host counts keys with one bincount.
+            n = spec.histogram.bins + 3
+            key = jnp.where(feasible, _bin_index(full(out[spec.histogram.variable]),
+                                                 spec.histogram), n - 1)
+            stride = n
+            for i in reversed(range(rank)):
+                if i not in rest and shape[i] > 1:
+                    key = key + jax.lax.broadcasted_iota(jnp.int32, shape, i) * stride
+                    stride *= shape[i]
+            part["bin"] = key.astype(jnp.uint8) if stride <= 256 else key
         return part
 
     return fn
@@ -271,17 +299,12 @@ class Accumulator:
         return reduced_dataset(self)
 
 
-def histogram_counts(by_axes: list[int], n_bins: int, bins) -> np.ndarray:
-    """Per by-group counts of one chunk's per-point bins (0..n_bins; n_bins: not counted)."""
-    bins = np.asarray(bins)
-    by_shape = [bins.shape[i] for i in by_axes]
+def histogram_counts(by_shape: list[int], n_bins: int, keys) -> np.ndarray:
+    """Per-group counts of one chunk's histogram keys (group * (n_bins + 1) + bin, the
+    bin ``n_bins`` not counted): an array over ``by_shape`` + (n_bins,)."""
     groups = math.prod(by_shape)
-    rest = [i for i in range(bins.ndim) if i not in by_axes]
-    # group-major layout: by axes first, then the reduced ones
-    key = np.transpose(bins, by_axes + rest).reshape(groups, -1).astype(np.int64)
-    key = key + (np.arange(groups, dtype=np.int64) * (n_bins + 1))[:, None]
-    counts = np.bincount(key.ravel(), minlength=groups * (n_bins + 1))
-    return counts.reshape(groups, n_bins + 1)[:, :n_bins].reshape(by_shape + [n_bins])
+    counts = np.bincount(np.asarray(keys).ravel(), minlength=groups * (n_bins + 1))
+    return counts.reshape(groups, n_bins + 1)[:, :n_bins].reshape(list(by_shape) + [n_bins])
 
 
 def reduced_dataset(acc: Accumulator) -> xr.Dataset:
@@ -345,8 +368,8 @@ def reduced_dataset(acc: Accumulator) -> xr.Dataset:
             "units": var.units, "long_name": f"{var.long_name} (bin centre)",
             "bounds": f"{bin_dim}_bounds"})})
         ds[f"{bin_dim}_bounds"] = xr.Variable((bin_dim, "bound"),
-                                              np.stack([edges[:-1], edges[1:]], 1),
-                                              {"units": var.units})
+                                              np.stack([edges[:-1], edges[1:]], 1))
+        # (CF: a bounds variable takes its units from the coordinate it bounds)
         counts = acc.histogram
         ds[f"{h.variable}_histogram"] = xr.Variable(tuple(by) + (bin_dim,), counts[..., 1:-1], {
             "units": "1", "long_name": f"feasible points per {var.long_name} bin"

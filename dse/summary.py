@@ -107,3 +107,41 @@ def sweep_summary(ds: xr.Dataset, seconds: float) -> str:
     elif "valid" in ds:
         lines.append("no feasible configuration")
     return "\n".join(lines)
+
+
+def reduce_summary(ds: xr.Dataset, seconds: float, k: int = 10) -> str:
+    """Summary of a streamed reduction: totals, then the best point of each group."""
+    by = ds.attrs.get("reduce_by", "").split()
+    groups = int(np.prod([ds.sizes[d] for d in by])) if by else 1
+    n = int(ds["n_points"]) * groups
+    lines = [f"{ds.attrs.get('study_name', 'study')}: {n:,} points streamed in {seconds:.3g} s "
+             f"({human_count(n / max(seconds, 1e-9))} points/s), reduced to {groups:,} "
+             f"group{'s' if groups != 1 else ''} by {', '.join(by) or 'nothing'}",
+             f"valid: {int(ds['n_valid'].sum()):,}; feasible"
+             + (f" ({ds.attrs['constraints']})" if ds.attrs.get("constraints") else "")
+             + f": {int(ds['n_feasible'].sum()):,}"]
+    counts = ds["reason_count"].sum([d for d in ds["reason_count"].dims if d != "reason_flag"])
+    for name, count in zip(ds["reason_flag"].values, counts.values):
+        if count:
+            lines.append(f"  {name:<20} {int(count):,}")
+    objective = ds.attrs["reduction"].split()[2]
+    flat = ds.stack(group=by) if by else ds.expand_dims(group=[0])
+    order = np.argsort(-np.nan_to_num(flat[objective].values, nan=-np.inf)
+                       * (1 if "maximize" in ds.attrs["reduction"] else -1), kind="stable")
+    rows = []
+    for i in order[:k]:
+        g = flat.isel(group=i)
+        if not np.isfinite(float(g[objective])):
+            continue
+        row = {d: g[d].item() for d in by}
+        for name in ds.attrs["reduced_axes"].split():
+            value = g[f"best_{name}"].item()
+            row[name] = value.item() if hasattr(value, "item") else value
+        for name in dict.fromkeys((objective,) + _SHOWN):
+            if name in g:
+                row[name] = float(g[name])
+        rows.append(row)
+    lines.append(f"best feasible point per group by {ds.attrs['reduction'].split(' over ')[0][8:]}"
+                 + (f" (top {k} of {groups})" if groups > k else "") + ":")
+    lines.append(table(rows))
+    return "\n".join(lines)

@@ -1,0 +1,116 @@
+"""Streaming reduction of a ~10^9-point grid: wall time, points/s and peak memory.
+
+Runs the same reduction (best feasible throughput per model x hardware under a TTFT
+limit, valid/feasible/reason counts, a TPOT histogram) on one process and on one
+worker process per core (a local dask cluster), checks the two results are identical,
+and prints the speed-up. Peak RSS is sampled every 50 ms over the whole process tree
+(client, scheduler and workers).
+
+Run: python benchmarks/bench_stream.py [--scale K]   (K x K what-if scales; 60 -> 0.995e9)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import xarray as xr
+
+from dse.evaluate import enable_compilation_cache
+from dse.study import parse_study
+from dse.sweep import sweep_to_file
+
+STUDY = """
+[study]
+name = "stream-bench"
+[axes]
+model = ["llama-2-7b", "llama-2-70b", "llama-3-8b", "mixtral-8x7b"]
+hardware = ["a100-80gb", "h100-sxm", "h200", "mi300x"]
+batch = {{ start = 1, stop = 512, factor = 2 }}
+input_len = [128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+output_len = [128, 512, 2048]
+tp = [1, 2, 4, 8]
+pp = [1, 2, 4]
+weight_bits = [16, 8, 4]
+kv_bits = [16, 8]
+tflops_scale = {{ start = 0.5, stop = 2.0, num = {k} }}
+hbm_bw_scale = {{ start = 0.5, stop = 2.0, num = {k} }}
+[output]
+workers = {workers}
+chunk_points = {chunk}
+[output.reduce]
+by = ["model", "hardware"]
+constraints = ["ttft_s <= 2"]
+histogram = {{ variable = "tpot_s", bins = 50, range = [1e-3, 1.0], log = true }}
+"""
+
+
+class PeakRSS:
+    """Peak resident memory of this process and all its descendants (sampled)."""
+
+    def __init__(self, interval: float = 0.05):
+        self.interval, self.peak, self._stop = interval, 0, threading.Event()
+
+    def _sample(self) -> None:
+        me = psutil.Process()
+        while not self._stop.is_set():
+            total = 0
+            for p in [me] + me.children(recursive=True):
+                try:
+                    total += p.memory_info().rss
+                except psutil.Error:
+                    pass
+            self.peak = max(self.peak, total)
+            time.sleep(self.interval)
+
+    def __enter__(self):
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def run(k: int, workers, out: Path, chunk: int):
+    study = parse_study(STUDY.format(k=k, workers=workers, chunk=chunk), "<bench>")
+    with PeakRSS() as rss:
+        start = time.perf_counter()
+        ds, _ = sweep_to_file(study, out, progress=False)
+        seconds = time.perf_counter() - start
+    return study.size, seconds, rss.peak, ds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=int, default=60, help="length of both what-if axes")
+    parser.add_argument("--chunk-points", type=int, default=1 << 21,
+                        help="points per chunk (2^21: a chunk's score array stays in cache)")
+    parser.add_argument("--workers", default="auto", help="worker processes for the "
+                        "parallel run (default: one per core)")
+    args = parser.parse_args()
+    enable_compilation_cache()
+    workers = os.cpu_count() if args.workers == "auto" else int(args.workers)
+    with tempfile.TemporaryDirectory() as tmp:
+        n, t1, rss1, ds1 = run(args.scale, 1, Path(tmp) / "one.nc", args.chunk_points)
+        print(f"grid: {n:,} points; streaming reduction to {ds1.sizes['model']} x "
+              f"{ds1.sizes['hardware']} groups")
+        print(f"1 process:   {t1:6.2f} s wall = {n / t1:.3e} points/s, "
+              f"peak RSS {rss1 / 1e9:.2f} GB")
+        n, tw, rssw, dsw = run(args.scale, workers, Path(tmp) / "many.nc", args.chunk_points)
+        print(f"{workers} workers:   {tw:6.2f} s wall = {n / tw:.3e} points/s, "
+              f"peak RSS {rssw / 1e9:.2f} GB (client + scheduler + workers), including "
+              f"cluster start-up")
+        print(f"speed-up {t1 / tw:.2f}x on {os.cpu_count()} cores")
+        xr.testing.assert_identical(ds1.drop_attrs(), dsw.drop_attrs())
+        print("results identical: yes")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,278 @@
+"""Streamed sweeps: reductions equal brute force, zarr streaming and dask clusters give
+the in-memory result exactly, interrupted sweeps resume, a killed worker costs nothing.
+
+Every reference here is independent of the streaming code: the full grid evaluated
+in memory by ``dse.sweep`` and reduced with plain numpy (argmax of the first
+occurrence in C order, ``np.histogram``, bit counts).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import dse
+from dse.errors import InputError
+from dse.outputs import REASON_BITS
+from dse.study import parse_study
+from dse.sweep import sweep_to_file
+
+GRID = """
+[study]
+name = "scale"
+[axes]
+model = ["llama-2-7b", "llama-3-8b", "mixtral-8x7b"]
+hardware = ["a100-80gb", "h100-sxm"]
+batch = [1, 4, 16, 64, 256]
+input_len = [512, 4096, 32768]
+output_len = [128, 1024]
+tp = [1, 2, 4, 8]
+hbm_bw_scale = [0.5, 1.0, 2.0]
+[output]
+chunk_points = {chunk}
+"""
+REDUCE = """
+[output.reduce]
+by = {by}
+constraints = ["ttft_s <= 1.5"]
+histogram = {{ variable = "tpot_s", bins = 12, range = [0.002, 0.2], log = true }}
+"""
+
+
+def study(chunk=97, by=None, extra=""):
+    text = GRID.format(chunk=chunk) + (REDUCE.format(by=by) if by is not None else "") + extra
+    return parse_study(text, "<test>")
+
+
+@pytest.fixture(scope="module")
+def full():
+    return dse.sweep(study(chunk=1 << 22))
+
+
+def _same(a: xr.Dataset, b: xr.Dataset) -> None:
+    """Identical data, coordinates and per-variable attrs (run metadata aside)."""
+    xr.testing.assert_identical(a.drop_attrs(deep=False), b.drop_attrs(deep=False))
+
+
+@pytest.mark.parametrize("by, chunk", [([], 97), (["model", "hardware"], 97),
+                                       (["tp", "batch"], 61), (["hbm_bw_scale"], 1 << 22),
+                                       (["input_len"], 7)])
+def test_reduction_equals_brute_force(full, by, chunk):
+    red = dse.sweep(study(chunk=chunk, by=str(by).replace("'", '"')))
+    assert list(red["n_valid"].dims) == [d for d in full["throughput_tok_s"].dims if d in by]
+    dims = list(full["throughput_tok_s"].dims)
+    by = [d for d in dims if d in by]  # the result keeps the study's axis order
+    rest = [d for d in dims if d not in by]
+    tput, ttft, tpot = xr.broadcast(full["throughput_tok_s"], full["ttft_s"], full["tpot_s"])
+    valid, reason = xr.broadcast(full["valid"], full["reason"])
+    valid = valid.broadcast_like(tput)
+    reason = reason.broadcast_like(tput)
+    feasible = valid & (ttft <= 1.5)
+    score = xr.where(feasible, tput, -np.inf).transpose(*(by + rest))
+    flat = score.values.reshape(int(np.prod([full.sizes[d] for d in by])), -1)
+    best_pos = flat.argmax(axis=1)  # numpy: first occurrence
+    shape_by = [full.sizes[d] for d in by]
+    assert np.array_equal(red["n_valid"].values.ravel(),
+                          valid.transpose(*(by + rest)).values.reshape(flat.shape).sum(1))
+    assert np.array_equal(red["n_feasible"].values.ravel(), np.isfinite(flat).sum(1))
+    for k, (name, bit) in enumerate(REASON_BITS.items()):
+        expect = ((reason.transpose(*(by + rest)).values & bit) != 0).reshape(flat.shape).sum(1)
+        assert np.array_equal(red["reason_count"].isel(reason_flag=k).values.ravel(), expect), name
+    assert int(red["n_points"]) == flat.shape[1]
+    edges = np.logspace(np.log10(0.002), np.log10(0.2), 13)
+    t = tpot.transpose(*(by + rest)).values.reshape(flat.shape)
+    for g in range(flat.shape[0]):
+        ok = np.isfinite(flat[g])
+        hist, _ = np.histogram(t[g][ok], bins=edges)
+        got = red["tpot_s_histogram"].values.reshape(flat.shape[0], -1)[g]
+        # np.histogram closes the last bin on the right; dse counts a value equal to the
+        # upper edge as above the range
+        assert np.array_equal(got, hist) or abs(int((got - hist).sum())) <= np.count_nonzero(
+            t[g][ok] == edges[-1])
+        assert red["tpot_s_below_range"].values.ravel()[g] == np.count_nonzero(
+            t[g][ok] < edges[0])
+        if not ok.any():
+            assert red["best_index"].values.ravel()[g] == -1
+            continue
+        pos = best_pos[g]
+        assert red["throughput_tok_s"].values.ravel()[g] == pytest.approx(flat[g, pos], rel=1e-6)
+        where = np.unravel_index(pos, [full.sizes[d] for d in rest])
+        for d, j in zip(rest, where):
+            expect = full[d].values[j]
+            got = red[f"best_{d}"].values.reshape(shape_by or ())[
+                np.unravel_index(g, shape_by) if by else ()]
+            assert got == expect, (d, got, expect)
+
+
+def test_reduction_without_any_feasible_point():
+    red = dse.sweep(study(by='["model"]', extra="").with_axes(batch=[4096], input_len=[32768]))
+    assert (red["n_feasible"] == 0).all()
+    assert (red["best_index"] == -1).all()
+    assert np.isnan(red["throughput_tok_s"]).all()
+
+
+def test_zarr_streaming_equals_in_memory(full, tmp_path):
+    ds, path = sweep_to_file(study(chunk=97), tmp_path / "grid.zarr")
+    assert path.exists() and not (tmp_path / ".grid.zarr.partial").exists()
+    _same(full, xr.open_zarr(path).load())
+
+
+class Interrupt:
+    """A progress bar that raises KeyboardInterrupt after ``n`` chunks."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __call__(self, total):
+        return self
+
+    def update(self, _):
+        self.n -= 1
+        if self.n == 0:
+            raise KeyboardInterrupt
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("target, by", [("grid.zarr", None), ("grid.nc", None),
+                                        ("best.nc", '["tp"]')])
+def test_interrupted_sweep_resumes_to_the_same_result(full, tmp_path, monkeypatch, target, by):
+    sweep_mod = sys.modules["dse.sweep"]
+
+    s = study(chunk=200, by=by)
+    out = tmp_path / target
+    monkeypatch.setattr(sweep_mod, "_points_bar", lambda enabled: Interrupt(5))
+    with pytest.raises(KeyboardInterrupt):
+        sweep_to_file(s, out, resume=True)
+    partial = tmp_path / f".{target}.partial"
+    assert not out.exists(), "no partial file looks complete"
+    assert len(list((partial / "done").iterdir())) >= 4
+    seen = []
+    monkeypatch.setattr(sweep_mod, "_points_bar", lambda enabled: None)
+    from dse import engine
+
+    original = engine.Runner.run
+
+    def counting(self, fn, args, indices, on_done, progress=None):
+        seen.extend(indices)
+        return original(self, fn, args, indices, on_done, progress)
+
+    monkeypatch.setattr(engine.Runner, "run", counting)
+    ds, path = sweep_to_file(s, out, resume=True)
+    n_chunks = len(dse.grid.plan(s.shape, s.output.chunk_points))
+    assert 0 < len(seen) <= n_chunks - 4  # finished chunks were not recomputed
+    assert not partial.exists()
+    result = xr.open_zarr(path).load() if target.endswith(".zarr") else xr.open_dataset(path).load()
+    expect = full if by is None else dse.sweep(study(chunk=1 << 22, by=by))
+    _same(expect, result)
+
+
+def test_resume_refuses_a_different_study(tmp_path, monkeypatch):
+    sweep_mod = sys.modules["dse.sweep"]
+
+    monkeypatch.setattr(sweep_mod, "_points_bar", lambda enabled: Interrupt(2))
+    with pytest.raises(KeyboardInterrupt):
+        sweep_to_file(study(chunk=200), tmp_path / "g.zarr")
+    monkeypatch.setattr(sweep_mod, "_points_bar", lambda enabled: None)
+    other = study(chunk=200).with_axes(tp=[1, 2])
+    with pytest.raises(InputError, match="different study"):
+        sweep_to_file(other, tmp_path / "g.zarr", resume=True)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    distributed = pytest.importorskip("distributed")
+    os.environ["DSE_WORKER"] = "1"
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  host="127.0.0.1", dashboard_address=None) as c:
+        yield c
+
+
+def test_local_cluster_gives_the_in_memory_result(full, cluster, tmp_path):
+    ds, path = sweep_to_file(study(chunk=97), tmp_path / "grid.zarr",
+                             scheduler=cluster.scheduler_address)
+    _same(full, xr.open_zarr(path).load())
+    by = '["model", "tp"]'
+    local = dse.sweep(study(chunk=97, by=by))
+    remote = dse.sweep(study(chunk=97, by=by), scheduler=cluster.scheduler_address)
+    _same(local, remote)
+
+
+def test_killed_worker_mid_sweep_leaves_a_complete_identical_result(full, cluster, tmp_path,
+                                                                    monkeypatch):
+    from distributed import Client
+
+    sweep_mod = sys.modules["dse.sweep"]
+
+    with Client(cluster.scheduler_address) as client:
+        pids = list(client.run(os.getpid).values())
+    killed = threading.Event()
+
+    class KillAfterFirst(Interrupt):
+        def update(self, _):
+            if not killed.is_set():
+                os.kill(pids[0], signal.SIGKILL)
+                killed.set()
+
+    monkeypatch.setattr(sweep_mod, "_points_bar", lambda enabled: KillAfterFirst(0))
+    ds, path = sweep_to_file(study(chunk=53), tmp_path / "grid.zarr",
+                             scheduler=cluster.scheduler_address)
+    assert killed.is_set()
+    _same(full, xr.open_zarr(path).load())
+
+
+def test_results_do_not_depend_on_the_process(full, tmp_path):
+    """The study in another process with another hash seed: bit-identical (summation
+    order once followed set iteration order, which the seed changes)."""
+    script = ("import sys, dse; from dse.study import parse_study; "
+              f"ds = dse.sweep(parse_study({GRID.format(chunk=1 << 22)!r})); "
+              "ds.drop_attrs(deep=False).to_netcdf(sys.argv[1], engine='h5netcdf')")
+    path = tmp_path / "other.nc"
+    seed = str(1 + int(os.environ.get("PYTHONHASHSEED", "0") or 0))
+    subprocess.run([sys.executable, "-c", script, str(path)], check=True,
+                   env=dict(os.environ, PYTHONHASHSEED=seed))
+    _same(full, xr.open_dataset(path).load())
+
+
+def test_cli_streams_and_rejects_bad_scale_options(tmp_path):
+    toml = tmp_path / "s.toml"
+    toml.write_text(GRID.format(chunk=500) + REDUCE.format(by='["hardware"]'))
+    run = [sys.executable, "-m", "dse", "sweep", str(toml), "-o", str(tmp_path / "r.nc")]
+    done = subprocess.run(run, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "streamed" in done.stdout and (tmp_path / "r.nc").exists()
+    bad = subprocess.run(run + ["--scheduler", "tcp://127.0.0.1:9"], capture_output=True,
+                         text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "--scheduler" in bad.stderr and not list(tmp_path.glob(".*partial"))
+    bad = subprocess.run(run + ["--workers", "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--workers" in bad.stderr
+
+
+@pytest.mark.parametrize("text, key", [
+    ('[output.reduce]\nby = ["nope"]\n', "output.reduce.by"),
+    ('[output.reduce]\nobjective = "fits"\n', "output.reduce.objective"),
+    ('[output.reduce]\ndirection = "up"\n', "output.reduce.direction"),
+    ('[output.reduce]\nconstraints = ["ttft <= 1"]\n', "output.reduce.constraints"),
+    ('[output.reduce]\nhistogram = { variable = "tpot_s", range = [0, 1], log = true }\n',
+     "output.reduce.histogram.range"),
+    ('[output.reduce]\nsort = 1\n', "output.reduce.sort"),
+    ('workers = 0\n', "output.workers"),
+])
+def test_bad_reduce_and_workers_keys(text, key):
+    base = GRID.format(chunk=97)
+    if text.startswith("workers"):
+        base = base.replace("[output]\n", "[output]\n" + text)
+        text = ""
+    with pytest.raises(InputError) as err:
+        parse_study(base + text, "s.toml")
+    assert key in str(err.value) and "\n" not in str(err.value)
