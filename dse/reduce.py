@@ -367,9 +367,9 @@ def reduced_dataset(acc: Accumulator) -> xr.Dataset:
         ds = ds.assign_coords({bin_dim: xr.Variable(bin_dim, centers, {
             "units": var.units, "long_name": f"{var.long_name} (bin centre)",
             "bounds": f"{bin_dim}_bounds"})})
-        ds[f"{bin_dim}_bounds"] = xr.Variable((bin_dim, "bound"),
-                                              np.stack([edges[:-1], edges[1:]], 1))
         # (CF: a bounds variable takes its units from the coordinate it bounds)
+        ds = ds.assign_coords({f"{bin_dim}_bounds": xr.Variable(
+            (bin_dim, "bound"), np.stack([edges[:-1], edges[1:]], 1))})
         counts = acc.histogram
         ds[f"{h.variable}_histogram"] = xr.Variable(tuple(by) + (bin_dim,), counts[..., 1:-1], {
             "units": "1", "long_name": f"feasible points per {var.long_name} bin"
