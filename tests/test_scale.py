@@ -190,7 +190,7 @@ def test_resume_refuses_a_different_study(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def cluster():
-    distributed = pytest.importorskip("distributed")
+    import distributed  # a core dependency: a missing install must fail, not skip
     os.environ["DSE_WORKER"] = "1"
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   host="127.0.0.1", dashboard_address=None) as c:
