@@ -78,8 +78,11 @@ class PeakRSS:
         self._thread.join()
 
 
-def run(k: int, workers, out: Path, chunk: int):
-    study = parse_study(STUDY.format(k=k, workers=workers, chunk=chunk), "<bench>")
+def run(k: int, workers, out: Path, chunk: int, histogram: bool = True):
+    text = STUDY.format(k=k, workers=workers, chunk=chunk)
+    if not histogram:
+        text = "\n".join(line for line in text.splitlines() if not line.startswith("histogram"))
+    study = parse_study(text, "<bench>")
     with PeakRSS() as rss:
         start = time.perf_counter()
         ds, _ = sweep_to_file(study, out, progress=False)
@@ -92,18 +95,22 @@ def main() -> None:
     parser.add_argument("--scale", type=int, default=60, help="length of both what-if axes")
     parser.add_argument("--chunk-points", type=int, default=1 << 21,
                         help="points per chunk (2^21: a chunk's score array stays in cache)")
+    parser.add_argument("--no-histogram", action="store_true",
+                        help="best point and counts only")
     parser.add_argument("--workers", default="auto", help="worker processes for the "
                         "parallel run (default: one per core)")
     args = parser.parse_args()
     enable_compilation_cache()
     workers = os.cpu_count() if args.workers == "auto" else int(args.workers)
     with tempfile.TemporaryDirectory() as tmp:
-        n, t1, rss1, ds1 = run(args.scale, 1, Path(tmp) / "one.nc", args.chunk_points)
+        n, t1, rss1, ds1 = run(args.scale, 1, Path(tmp) / "one.nc", args.chunk_points,
+                                 not args.no_histogram)
         print(f"grid: {n:,} points; streaming reduction to {ds1.sizes['model']} x "
               f"{ds1.sizes['hardware']} groups")
         print(f"1 process:   {t1:6.2f} s wall = {n / t1:.3e} points/s, "
               f"peak RSS {rss1 / 1e9:.2f} GB")
-        n, tw, rssw, dsw = run(args.scale, workers, Path(tmp) / "many.nc", args.chunk_points)
+        n, tw, rssw, dsw = run(args.scale, workers, Path(tmp) / "many.nc", args.chunk_points,
+                             not args.no_histogram)
         print(f"{workers} workers:   {tw:6.2f} s wall = {n / tw:.3e} points/s, "
               f"peak RSS {rssw / 1e9:.2f} GB (client + scheduler + workers), including "
               f"cluster start-up")
