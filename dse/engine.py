@@ -30,7 +30,7 @@ import xarray as xr
 from . import grid
 from .errors import InputError
 from .outputs import OUTPUTS
-from .store import Partial, fingerprint  # noqa: F401 (Partial re-exported)
+from .store import Partial, fingerprint
 
 # Below these sizes (points x evaluations per point) a local cluster's start-up and
 # per-worker compilation (~5 s) costs more than the second core saves.
@@ -134,13 +134,19 @@ def resolve_workers(study, kind: str, workers: int | None, scheduler: str | None
 
 
 class _Progress:
-    def __init__(self, progress, total_points: int, chunk_points):
-        self.bar = progress(total_points) if progress is not None else None
-        self.chunk_points = chunk_points
+    """A points bar (``progress(total)``, or None) advanced per finished chunk, starting
+    from the chunks a resumed run already has."""
+
+    def __init__(self, progress, study, chunks, done=()):
+        self.bar = progress(study.size) if progress is not None else None
+        inner = [int(np.prod(study.shape[c.axis + 1:])) for c in chunks]
+        self.points = [(c.stop - c.start) * n for c, n in zip(chunks, inner)]
+        if self.bar is not None and done:
+            self.bar.update(sum(self.points[i] for i in done))
 
     def update(self, index: int) -> None:
         if self.bar is not None:
-            self.bar.update(self.chunk_points(index))
+            self.bar.update(self.points[index])
 
     def close(self) -> None:
         if self.bar is not None:
@@ -241,14 +247,6 @@ def _check_versions(client) -> None:
                          f"this client {__version__}", "the same dse version on every worker")
 
 
-def _chunk_points(study, chunks):
-    def points(i):
-        c = chunks[i]
-        inner = int(np.prod(study.shape[c.axis + 1:])) if study.shape else 1
-        return (c.stop - c.start) * inner
-    return points
-
-
 def reduce_grid(study, *, target: Path | None = None, resume: bool = False,
                 scheduler: str | None = None, workers: int | None = None,
                 progress=None) -> xr.Dataset:
@@ -257,8 +255,6 @@ def reduce_grid(study, *, target: Path | None = None, resume: bool = False,
     With ``target``, finished chunks' partials are kept beside it so an interrupted
     run continues with ``resume=True``.
     """
-    from .reduce import Accumulator
-
     spec = study.output.reduce
     chunks = grid.plan(study.shape, grid.chunk_budget(study))
     runner = Runner(scheduler, resolve_workers(study, "reduce", workers, scheduler))
@@ -289,9 +285,7 @@ def _reduce(study, spec, chunks, runner: Runner, target, resume, progress) -> xr
 
     for i in sorted(done):
         fold(i, partial.load(i))
-    bar = _Progress(progress, study.size, _chunk_points(study, chunks))
-    if bar.bar is not None and done:
-        bar.bar.update(sum(_chunk_points(study, chunks)(i) for i in done))
+    bar = _Progress(progress, study, chunks, done)
     try:
         runner.run(reduce_task, (study, spec), [i for i in range(len(chunks)) if i not in done],
                    on_done, progress=bar)
@@ -321,9 +315,7 @@ def _write(study, names, chunks, deps, runner: Runner, target, resume, progress)
     if not done or not (partial.data / ".zgroup").exists():
         done = set()
         create_store(study, partial.data, names, deps, chunks)
-    bar = _Progress(progress, study.size, _chunk_points(study, chunks))
-    if bar.bar is not None and done:
-        bar.bar.update(sum(_chunk_points(study, chunks)(i) for i in done))
+    bar = _Progress(progress, study, chunks, done)
     try:
         runner.run(write_task, (study, str(partial.data), str(partial.done_dir), names, deps),
                    [i for i in range(len(chunks)) if i not in done], lambda i, r: None,
@@ -349,13 +341,13 @@ def create_store(study, path: Path, names, deps, chunks) -> None:
         shapes = jax.eval_shape(lambda p: evaluate(p, models, hardware, study.mode, names,
                                                    study.features), point)
     sizes = dict(zip([a.name for a in study.dims], study.shape))
-    dims = [a.name for a in study.dims]
+    dims = list(sizes)
     axis, length = chunks[0].axis, chunks[0].length
     arrays, encoding = {}, {}
     for name in names:
         n_extra = len(OUTPUTS[study.mode][name].dims)
         lead = shapes[name].shape[:n_extra]
-        shape = tuple(lead) + tuple(sizes[d] for d in deps[name])
+        shape = grid.output_shape(study, deps[name], lead)
         zchunks = tuple(lead) + tuple(
             1 if dims.index(d) < axis else length if dims.index(d) == axis else sizes[d]
             for d in deps[name])

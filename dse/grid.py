@@ -205,30 +205,34 @@ def chunk_pieces(study: Study, chunk: Chunk, out: dict, extra: dict[str, int],
         grid_shape = (1,) * (len(dims) - len(grid_shape)) + grid_shape
         keep = [i for i, d in enumerate(dims) if d in deps[name]]
         array = array.reshape(lead + tuple(grid_shape[i] for i in keep))
-        target, source = [slice(None)] * n_extra, [slice(None)] * n_extra
-        first = True
-        for i in range(len(dims)):
-            if i not in keep:
-                if i < chunk.axis and chunk.outer[i] != 0 or i == chunk.axis and chunk.start:
-                    first = False
-                continue
-            if i < chunk.axis:
-                target.append(slice(chunk.outer[i], chunk.outer[i] + 1))
-                source.append(slice(None))
-            elif i == chunk.axis:
-                target.append(slice(chunk.start, chunk.stop))
-                source.append(slice(0, chunk.stop - chunk.start))
-            else:
-                target.append(slice(None))
-                source.append(slice(None))
-        yield name, tuple(target), array[tuple(source)], first
+        target, source = chunk_region(chunk, keep)
+        first = not any(i < chunk.axis and chunk.outer[i] != 0 or i == chunk.axis and chunk.start
+                        for i in range(len(dims)) if i not in keep)
+        everything = (slice(None),) * n_extra
+        yield name, everything + target, array[everything + source], first
 
 
-def output_shapes(study: Study, extra: dict[str, int], deps: dict[str, tuple[str, ...]],
-                  lead: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
-    """Full shape of each output: its extra axes, then its dependency dims."""
+def chunk_region(chunk: Chunk, axes) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
+    """Where a chunk's block lands along ``axes`` (grid axis indices, in order): the
+    index into the full grid (target) and into the padded block (source)."""
+    target, source = [], []
+    for i in axes:
+        if i < chunk.axis:
+            target.append(slice(chunk.outer[i], chunk.outer[i] + 1))
+            source.append(slice(None))
+        elif i == chunk.axis:
+            target.append(slice(chunk.start, chunk.stop))
+            source.append(slice(0, chunk.stop - chunk.start))
+        else:
+            target.append(slice(None))
+            source.append(slice(None))
+    return tuple(target), tuple(source)
+
+
+def output_shape(study: Study, deps: tuple[str, ...], lead=()) -> tuple[int, ...]:
+    """Full shape of an output: its own leading axes, then its dependency dims."""
     sizes = dict(zip([a.name for a in study.dims], study.shape))
-    return {n: tuple(lead[n]) + tuple(sizes[d] for d in deps[n]) for n in extra}
+    return tuple(lead) + tuple(sizes[d] for d in deps)
 
 
 def chunk_budget(study: Study) -> int:
@@ -259,8 +263,7 @@ def run_function(study: Study, fn, extra: dict[str, int], deps: dict[str, tuple[
             for name, target, array, _ in chunk_pieces(study, chunk, out, extra, deps):
                 if name not in results:
                     lead = np.shape(out[name])[:extra[name]]
-                    shape = output_shapes(study, {name: 0}, deps, {name: lead})[name]
-                    results[name] = np.empty(shape, array.dtype)
+                    results[name] = np.empty(output_shape(study, deps[name], lead), array.dtype)
                 results[name][target] = array
     return results, deps
 

@@ -25,6 +25,7 @@ import numpy as np
 import xarray as xr
 
 from .errors import InputError, suggest
+from .grid import chunk_region
 from .outputs import OUTPUTS, PRIMARY_METRIC, REASON_BITS
 
 KEYS = {"by", "objective", "direction", "constraints", "histogram"}
@@ -263,20 +264,8 @@ class Accumulator:
                 block[i] = chunk.length
             elif i > chunk.axis:
                 block[i] = dims[i]
-        n = chunk.stop - chunk.start
         # the chunk's by sub-block: in the accumulator (target) and in the partial (source)
-        target, source = [], []
-        for i in self.by_axes:
-            if i < chunk.axis:
-                target.append(slice(chunk.outer[i], chunk.outer[i] + 1))
-                source.append(slice(None))
-            elif i == chunk.axis:
-                target.append(slice(chunk.start, chunk.stop))
-                source.append(slice(0, n))
-            else:
-                target.append(slice(None))
-                source.append(slice(None))
-        target, source = tuple(target), tuple(source)
+        target, source = chunk_region(chunk, self.by_axes)
         best = np.asarray(part["best"], np.float64)[source]
         local = np.asarray(part["index"])[source].astype(np.int64)
         better = best > self.best[target]  # strict: earlier chunks win ties
