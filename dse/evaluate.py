@@ -30,18 +30,27 @@ def take(table, index):
 
 
 def achieved_rates(hw: HardwareSpec, point, weight_bits, kv_bits, act_bits) -> Rates:
-    """Peaks x what-if scales x efficiencies, per arithmetic unit at this precision."""
+    """Peaks x what-if scales x efficiencies, per arithmetic unit at this precision.
+
+    Two layers of efficiency multiply: the calibration's, carried by the hardware spec
+    (per framework and device family, fitted to measurements), and the study's
+    ``*_efficiency`` knobs (1.0 by default).
+    """
     compute = point.tflops_scale * point.flops_efficiency
-    link = point.link_bw_scale * point.link_efficiency
+    link = point.link_bw_scale * point.link_efficiency * hw.link_efficiency
     peaks = (hw.flops_per_s_4, hw.flops_per_s_8, hw.flops_per_s_16, hw.flops_per_s_32)
     return Rates(
-        gemm=peak_at_width(compute_width(jnp.maximum(weight_bits, act_bits)), *peaks) * compute,
-        attention=peak_at_width(compute_width(jnp.maximum(act_bits, kv_bits)), *peaks) * compute,
+        gemm=peak_at_width(compute_width(jnp.maximum(weight_bits, act_bits)), *peaks) * compute
+        * hw.gemm_efficiency,
+        attention=peak_at_width(compute_width(jnp.maximum(act_bits, kv_bits)), *peaks) * compute
+        * hw.attention_efficiency,
         vector=hw.flops_per_s_32 * compute,
-        hbm_bw=hw.hbm_bw_bytes_per_s * point.hbm_bw_scale * point.hbm_efficiency,
+        hbm_bw=hw.hbm_bw_bytes_per_s * point.hbm_bw_scale * point.hbm_efficiency
+        * hw.hbm_efficiency,
         intra_bw=hw.intra_bw_bytes_per_s * link, intra_latency=hw.intra_latency_s,
         inter_bw=hw.inter_bw_bytes_per_s * link, inter_latency=hw.inter_latency_s,
-        devices_per_node=hw.devices_per_node)
+        devices_per_node=hw.devices_per_node, gemm_half_rows=hw.gemm_half_rows,
+        layer_overhead_s=hw.layer_overhead_s)
 
 
 def price_scale(p: InferencePoint):

@@ -37,10 +37,23 @@ class HardwareSpec:
     devices_per_node: Any
     price_usd_per_s: Any  # nan when the catalogue has no price
     tdp_w: Any  # nan when unknown
+    # How well the serving/training software reaches the peaks on this device: filled
+    # from a calibration file (dse.calibration) per (framework, hardware family). The
+    # defaults are the plain roofline.
+    gemm_efficiency: Any = dataclasses.field(default=1.0, metadata=dict(calibration=True))
+    gemm_half_rows: Any = dataclasses.field(default=0.0, metadata=dict(calibration=True))
+    attention_efficiency: Any = dataclasses.field(default=1.0, metadata=dict(calibration=True))
+    hbm_efficiency: Any = dataclasses.field(default=1.0, metadata=dict(calibration=True))
+    link_efficiency: Any = dataclasses.field(default=1.0, metadata=dict(calibration=True))
+    layer_overhead_s: Any = dataclasses.field(default=0.0, metadata=dict(calibration=True))
 
 
 # Parameters a chip architect can vary (the ``hw_param`` dimension of sensitivities).
-FIELDS = tuple(f.name for f in dataclasses.fields(HardwareSpec))
+FIELDS = tuple(f.name for f in dataclasses.fields(HardwareSpec)
+               if not f.metadata.get("calibration"))
+# Parameters a calibration sets (software efficiency on this device).
+CALIBRATION_FIELDS = tuple(f.name for f in dataclasses.fields(HardwareSpec)
+                           if f.metadata.get("calibration"))
 
 _REQUIRED = ("memory_gib", "hbm_bw_gb_per_s", "devices_per_node")
 _POSITIVE = ("memory_gib", "hbm_bw_gb_per_s", "fp32_tflops", "bf16_tflops", "fp16_tflops",

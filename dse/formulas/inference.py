@@ -36,7 +36,7 @@ from .roofline import Rates
 from .transformer import Options, Parallel, end_parts, layer_parts
 
 COMPONENTS = ("embedding", "norms", "qkv_proj", "attention", "o_proj", "kv_cache", "mlp", "moe",
-              "lora", "lm_head", "tp_comm", "pp_comm", "ep_comm")
+              "lora", "lm_head", "tp_comm", "pp_comm", "ep_comm", "overhead")
 PHASES = ("prefill", "decode")
 
 
@@ -247,7 +247,7 @@ def _bound(time, compute, memory, comm):
 
 
 def _signature(phase: dict):
-    """Every component's binding roof in one integer: sum_i code_i 4^i (26 bits)."""
+    """Every component's binding roof in one integer: sum_i code_i 4^i (28 bits)."""
     codes = [_bound(p.time, p.compute, p.memory, p.comm) for p in
              (phase.get(c, parts.ZERO) for c in COMPONENTS)]
     return sum(jnp.asarray(code, jnp.uint32) * jnp.uint32(4 ** i) for i, code in enumerate(codes))

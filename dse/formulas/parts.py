@@ -37,6 +37,11 @@ def comm(seconds) -> Part:
     return Part(seconds, 0.0, 0.0, 0.0, 0.0, seconds)
 
 
+def overhead(seconds) -> Part:
+    """Fixed time with no FLOPs or bytes behind it (kernel launches, synchronization)."""
+    return Part(seconds, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
 def add(*parts: Part) -> Part:
     return Part(*(sum(xs) for xs in zip(*parts)))
 

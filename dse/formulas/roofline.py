@@ -16,7 +16,9 @@ class Rates(NamedTuple):
     Compute rates are per arithmetic unit: ``gemm`` runs weight matmuls at the width of
     max(weight, activation) bits, ``attention`` at max(activation, KV) bits, ``vector``
     (norms, activation functions) on the 32-bit vector path. Each is the dense peak of
-    that width x what-if scale x efficiency.
+    that width x what-if scale x efficiency. ``gemm_half_rows`` and ``layer_overhead_s``
+    come from a calibration (see :func:`shaped` and :mod:`dse.calibration`); their
+    defaults (0) give the plain roofline.
     """
 
     gemm: Any
@@ -28,6 +30,8 @@ class Rates(NamedTuple):
     inter_bw: Any
     inter_latency: Any
     devices_per_node: Any
+    gemm_half_rows: Any = 0.0  # GEMM rows at which a matmul reaches half the gemm rate
+    layer_overhead_s: Any = 0.0  # fixed seconds per layer per pass (kernel launches, sync)
 
 
 class Cost(NamedTuple):
@@ -51,6 +55,17 @@ def peak_at_width(width, flops_4, flops_8, flops_16, flops_32):
     """The peak among the four per-width peaks that serves arithmetic of ``width`` bits."""
     return jnp.where(width <= 4, flops_4, jnp.where(width <= 8, flops_8,
                                                     jnp.where(width <= 16, flops_16, flops_32)))
+
+
+def shaped(rates: Rates, rows) -> Rates:
+    """Rates of matmuls with ``rows`` activation rows (the M of an [M, K] x [K, N] GEMM).
+
+    Small GEMMs leave tensor cores idle (tile quantization, too few thread blocks, the
+    weight stream not amortized): the achieved rate saturates as rows / (rows + R_half),
+    half the calibrated gemm rate at R_half rows. R_half = 0 is the plain roofline.
+    """
+    rows = jnp.maximum(rows, 1e-30)
+    return rates._replace(gemm=rates.gemm * rows / (rows + rates.gemm_half_rows))
 
 
 def compute_time_s(cost: Cost, rates: Rates):

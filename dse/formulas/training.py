@@ -61,7 +61,7 @@ from ..model import ModelSpec
 from . import comm, memory, operators as op, params as P, parts
 from .attention import Pass, Precision
 from .inference import _bound
-from .roofline import Rates
+from .roofline import Rates, shaped
 from .transformer import Options, Parallel, expert_layout, layer_parts
 
 COMM_KINDS = ("tp", "pp", "dp", "ep", "cp")
@@ -276,8 +276,8 @@ def end_train_parts(m: ModelSpec, s: P.Shard, p: Precision, lay: Layout, job: Jo
              "tp_comm": parts.comm(reduce)}
     loss = op.elementwise(t * s.vocab, 2.0, 2.0, 32.0, 5.0)
     last = {"norms": parts.scale(parts.of(op.elementwise(t * d, 1.0, 1.0, a, 4.0), rates), 3.0),
-            "lm_head": parts.scale(parts.of(op.matmul(t, d, s.vocab, p.weight_bits, a), rates),
-                                   3.0),
+            "lm_head": parts.scale(parts.of(op.matmul(t, d, s.vocab, p.weight_bits, a),
+                                            shaped(rates, t)), 3.0),
             "loss": parts.of(loss, rates),
             "tp_comm": parts.comm(reduce + 3.0 * comm.all_reduce_s(t * 4.0, lay.tp, rates))}
     return first, last

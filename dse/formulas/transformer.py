@@ -22,7 +22,7 @@ from ..model import ModelSpec
 from . import comm, operators as op, parts as P
 from .attention import Pass, Precision, attention_costs
 from .params import Shard
-from .roofline import Rates
+from .roofline import Rates, shaped
 
 
 class Parallel(NamedTuple):
@@ -108,6 +108,7 @@ def layer_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, pa
     """(dense-MLP layer, MoE layer): parts of one layer per device."""
     t, d, a = ps.tokens, m.d_model, p.act_bits
     mla = "mla" in features
+    flat, rates = rates, shaped(rates, t)  # every dense matmul of the layer has t rows
     attn = _attention_parts(m, s, p, ps, rates, o.flash, mla, False)
     if "window" in features:
         windowed = _attention_parts(m, s, p, ps, rates, o.flash, mla, True)
@@ -115,6 +116,7 @@ def layer_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, pa
         attn = P.combine([(1.0 - f, attn), (f, windowed)])
     common = dict(attn)
     common["norms"] = P.of(op.elementwise(m.norms_per_layer * t * d, 1.0, 1.0, a, 4.0), rates)
+    common["overhead"] = P.overhead(rates.layer_overhead_s)
     reduce = P.comm(comm.all_reduce_s(t * d * a / 8.0, par.tp, rates))
 
     dense = dict(common, tp_comm=P.scale(reduce, 2.0),
@@ -128,11 +130,13 @@ def layer_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, pa
     rows = t * group * m.top_k / par.ep
     hit = local * (1.0 - (1.0 - m.top_k / jnp.maximum(m.n_experts, 1.0)) ** (t * group))
     routed = _mlp(m, rows, m.d_ff_expert / etp, hit, p, 0.0)
+    expert_rates = shaped(flat, rows / jnp.maximum(hit, 1.0))  # rows per expert in use
     has_shared = m.n_shared_experts > 0.0
     shared = [op.Cost(jnp.where(has_shared, c.flops, 0.0), jnp.where(has_shared, c.bytes, 0.0),
                       c.unit) for c in _mlp(m, t, m.n_shared_experts * s.ff_expert, None, p, 0.0)]
     router = op.matmul(t, d, m.n_experts, p.weight_bits, a)
-    moe = dict(common, moe=P.add(*(P.of(c, rates) for c in [router] + routed + shared)),
+    moe = dict(common, moe=P.add(*(P.of(c, rates) for c in [router] + shared),
+                                 *(P.of(c, expert_rates) for c in routed)),
                tp_comm=P.scale(reduce, jnp.where(par.ep > 1.0, 1.0, 2.0)),
                ep_comm=P.comm(2.0 * comm.all_to_all_s(rows * d * a / 8.0, par.ep, rates)))
     if "lora" in features:
@@ -150,6 +154,7 @@ def end_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, tp
     t, a = ps.tokens, p.act_bits
     first = {"embedding": P.of(op.elementwise(t * m.d_model, 1.0, 1.0, a, 0.0), rates)}
     last = {"norms": P.of(op.elementwise(t * m.d_model, 1.0, 1.0, a, 4.0), rates),
-            "lm_head": P.of(op.matmul(ps.seqs, m.d_model, s.vocab, p.weight_bits, a), rates),
+            "lm_head": P.of(op.matmul(ps.seqs, m.d_model, s.vocab, p.weight_bits, a),
+                            shaped(rates, ps.seqs)),
             "tp_comm": P.comm(comm.all_gather_s(ps.seqs * m.vocab_size * a / 8.0, tp, rates))}
     return first, last

@@ -1,0 +1,182 @@
+"""Predict every measured row at once, as a jit-compiled function of the calibration.
+
+A :class:`Problem` holds the rows as evaluator inputs (one inference and one training
+point batch, a model table, a hardware table with one entry per row); :func:`predict`
+maps an unconstrained calibration vector to the predicted metric of every row, so
+``jax.grad`` of a loss over it is the gradient the fit descends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import calibration as C
+from ..catalogue import load_hardware
+from ..evaluate import evaluate
+from ..hardware import stack as stack_hardware
+from ..knobs import OPTIMIZERS, RECOMPUTE, InferencePoint, TrainingPoint
+from ..model import stack as stack_models
+from .rows import Case
+
+# TensorRT-LLM's default max_batch_size (perf-overview: "batch up to 8192").
+SERVING_BATCH_CAP = 8192.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ModeBatch:
+    """The rows of one mode as one evaluator call."""
+
+    mode: str
+    rows: np.ndarray  # positions in Problem.cases
+    point: Any
+    models: Any
+    hardware: Any
+    kind: tuple[str, ...]
+    features: frozenset
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    cases: tuple[Case, ...]
+    batches: tuple[ModeBatch, ...]
+    frameworks: tuple[str, ...]
+    families: tuple[str, ...]
+    framework_index: np.ndarray  # [row]
+    family_index: np.ndarray  # [row]; len(families) = no family
+    measured: np.ndarray  # [row]
+
+    @property
+    def size(self) -> int:
+        return len(self.cases)
+
+
+def _leaf(name: str, values: list, default) -> np.ndarray:
+    out = []
+    for v in (default if v is None else v for v in values):
+        if name == "recompute" and isinstance(v, str):
+            v = RECOMPUTE.index(v)
+        elif name == "optimizer" and isinstance(v, str):
+            v = OPTIMIZERS[v]
+        elif v is None:
+            v = 0.0
+        out.append(float(v))
+    return np.asarray(out, np.float64)
+
+
+def _point(point_type, cases: list[Case], model_index: dict[str, int]):
+    leaves = {}
+    for f in dataclasses.fields(point_type):
+        if f.name in ("model", "draft_model"):
+            leaves[f.name] = np.asarray([model_index[c.model_name] for c in cases], np.int32)
+        elif f.name == "hardware":
+            leaves[f.name] = np.arange(len(cases), dtype=np.int32)
+        elif f.name == "usecase":
+            leaves[f.name] = np.full(len(cases), -1, np.int32)
+        else:
+            leaves[f.name] = _leaf(f.name, [c.knobs.get(f.name) for c in cases], f.default)
+    return point_type(**leaves)
+
+
+def _features(cases: list[Case]) -> frozenset:
+    out = set()
+    if any(c.model.is_moe for c in cases):
+        out.add("moe")
+    if any(c.model.fields.get("sliding_window") for c in cases):
+        out.add("window")
+    return frozenset(out)
+
+
+def problem(cases: list[Case], frameworks, families, family_of: dict[str, str]) -> Problem:
+    """The rows as evaluator inputs. Serving rows get their batch here: the largest the
+    KV memory allows (independent of the calibration), capped at the engine's maximum."""
+    cases = tuple(cases)
+    models = {}
+    for c in cases:
+        models.setdefault(c.model_name, c.model)
+    model_index = {name: i for i, name in enumerate(models)}
+    model_table = stack_models([m.spec() for m in models.values()])
+    batches = []
+    with jax.enable_x64(True):
+        for mode, point_type in (("inference", InferencePoint), ("training", TrainingPoint)):
+            rows = np.asarray([i for i, c in enumerate(cases) if c.mode == mode], np.int64)
+            if not len(rows):
+                continue
+            sub = [cases[i] for i in rows]
+            point = _point(point_type, sub, model_index)
+            hardware = stack_hardware([load_hardware(c.hardware).spec() for c in sub])
+            features = _features(sub)
+            kinds = tuple(c.kind for c in sub)
+            if mode == "inference" and "serving_throughput" in kinds:
+                cap = np.asarray(evaluate(point, model_table, hardware, mode, ("max_batch",),
+                                          features)["max_batch"])
+                serving = np.asarray([k == "serving_throughput" for k in kinds])
+                batch = np.where(serving, np.clip(cap, 1.0, SERVING_BATCH_CAP), point.batch)
+                point = dataclasses.replace(point, batch=batch)
+            batches.append(ModeBatch(mode, rows, point, model_table, hardware, kinds, features))
+    fam_names = list(families)
+    return Problem(
+        cases, tuple(batches), tuple(frameworks), tuple(families),
+        np.asarray([list(frameworks).index(c.framework) for c in cases], np.int32),
+        np.asarray([fam_names.index(family_of[c.hardware]) if family_of.get(c.hardware) in
+                    fam_names else len(fam_names) for c in cases], np.int32),
+        np.asarray([c.measured for c in cases], np.float64))
+
+
+def row_parameters(theta, prob: Problem):
+    """[row, param] unconstrained calibration of every row: base[framework] + offset[family]."""
+    n_fw, n_p = len(prob.frameworks), len(C.NAMES)
+    base = theta[: n_fw * n_p].reshape(n_fw, n_p)
+    offset = theta[n_fw * n_p:].reshape(len(prob.families), n_p)
+    offset = jnp.concatenate([offset, jnp.zeros((1, n_p), offset.dtype)])
+    return base[prob.framework_index] + offset[prob.family_index]
+
+
+_NAMES = {"inference": ("ttft_s", "tpot_s", "throughput_tok_s", "reason"),
+          "training": ("tokens_per_s_per_device", "model_flops_per_step", "step_s", "reason")}
+
+
+def _metric(kind: str, metric: str, out: dict, point, i):
+    if kind == "infer_decode":
+        return point.batch[i] / out["tpot_s"][i]
+    if kind == "infer_prefill":
+        return point.batch[i] * point.input_len[i] / out["ttft_s"][i]
+    if kind == "serving_throughput":
+        return out["throughput_tok_s"][i]
+    if metric == "tflops_per_s_per_gpu":
+        return out["model_flops_per_step"][i] / out["step_s"][i] / (
+            point.tp[i] * point.pp[i] * point.dp[i]) / 1e12
+    return out["tokens_per_s_per_device"][i]
+
+
+def predict_with_reasons(theta, prob: Problem, calibrated: bool = True):
+    """(predicted metric [row], infeasibility flags [row]). ``calibrated`` False: the plain
+    roofline (every efficiency 1, no overheads), whatever ``theta``."""
+    z = row_parameters(theta, prob)
+    values = C.from_unconstrained_all(z, jnp)
+    pred = jnp.zeros(prob.size, z.dtype)
+    reason = jnp.zeros(prob.size, jnp.uint8)
+    for b in prob.batches:
+        hw = b.hardware
+        if calibrated:
+            hw = dataclasses.replace(hw, **{f: v[b.rows] for f, v in zip(C.NAMES, values)})
+        out = evaluate(b.point, b.models, hw, b.mode, _NAMES[b.mode], b.features)
+        kinds = np.asarray(b.kind)
+        metric = jnp.zeros(len(b.rows), z.dtype)
+        for kind in dict.fromkeys(b.kind):
+            sel = np.flatnonzero(kinds == kind)
+            metrics = {prob.cases[b.rows[j]].metric for j in sel}
+            for m in metrics:
+                idx = np.asarray([j for j in sel if prob.cases[b.rows[j]].metric == m])
+                metric = metric.at[idx].set(_metric(kind, m, out, b.point, idx))
+        pred = pred.at[b.rows].set(metric)
+        reason = reason.at[b.rows].set(out["reason"])
+    return pred, reason
+
+
+def predict(theta, prob: Problem, calibrated: bool = True):
+    return predict_with_reasons(theta, prob, calibrated)[0]

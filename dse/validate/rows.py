@@ -1,0 +1,280 @@
+"""Measured rows (the schema of ``measured_public.csv``) mapped to evaluation points.
+
+Each row becomes a :class:`Case`: the model card (architecture from the row's columns,
+styled after the catalogue's member of the same family), the catalogue hardware, the
+framework, the knobs of one inference or training point, and how to read the metric
+off the evaluator's outputs. A row that cannot be expressed becomes a :class:`Skip`
+with the reason; nothing is dropped silently.
+
+Metric definitions (../shared/data/README.md):
+
+- ``infer_decode`` tokens_per_s: llama.cpp ``tgN``, batch 1, N tokens generated from an
+  empty context: 1 / mean TPOT over the N steps.
+- ``infer_prefill`` tokens_per_s: llama.cpp ``ppN``, an N-token prompt at batch 1,
+  processed in micro-batches of 512 tokens: N / TTFT.
+- ``serving_throughput`` output_tokens_per_s: TensorRT-LLM offline max throughput, the
+  decode steady state at the largest batch the KV memory allows (capped at 8192):
+  batch x output_len / (TTFT + (output_len - 1) TPOT) at that batch.
+- ``train`` tokens_per_s_per_gpu: global batch x sequence length / step time / GPUs.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+from ..catalogue import all_hardware, load_model
+from ..errors import InputError
+from ..model import ModelCard
+
+COLUMNS = ("id", "source", "kind", "model", "n_params_b", "layers", "hidden", "heads",
+           "kv_heads", "ffn", "vocab", "moe_experts", "moe_topk", "hardware", "n_devices",
+           "tp", "pp", "dp", "ep", "precision", "batch", "input_len", "output_len", "metric",
+           "value", "notes")
+KINDS = ("train", "infer_decode", "infer_prefill", "serving_throughput")
+METRICS = {"train": ("tokens_per_s_per_gpu", "tflops_per_s_per_gpu"),
+           "infer_decode": ("tokens_per_s",), "infer_prefill": ("tokens_per_s",),
+           "serving_throughput": ("output_tokens_per_s",)}
+
+# Framework by what the source or notes name (first match wins).
+FRAMEWORKS = (("llama.cpp", ("llama.cpp", "llama-bench", "gpu-benchmarks-on-llm-inference")),
+              ("tensorrt-llm", ("tensorrt-llm", "trtllm")),
+              ("vllm", ("vllm",)),
+              ("megatron", ("megatron",)),
+              ("llm-foundry", ("llm-foundry", "llm_foundry")))
+
+# Bits per stored weight of GGUF types, scales included. Block formats from their
+# layout (32 weights + fp16 scale [+ fp16 min]); k-quant mixes from llama.cpp's
+# examples/quantize/README.md (Llama 2 7B table). The data README quotes ~4.9 for
+# Llama-3-8B Q4_K_M.
+GGUF_BITS = {"f32": 32.0, "f16": 16.0, "bf16": 16.0, "q8_0": 8.5, "q6_k": 6.56, "q5_k_m": 5.68,
+             "q5_k_s": 5.52, "q5_0": 5.5, "q5_1": 6.0, "q4_k_m": 4.84, "q4_k_s": 4.58,
+             "q4_0": 4.5, "q4_1": 5.0, "q3_k_l": 4.27, "q3_k_m": 3.91, "q3_k_s": 3.50,
+             "q2_k": 3.35}
+# Bits of named formats: NVFP4 keeps an fp8 scale per 16 values (4 + 8/16), MXFP4 an
+# 8-bit scale per 32 (4 + 8/32).
+FORMAT_BITS = {"fp32": 32.0, "bf16": 16.0, "fp16": 16.0, "f16": 16.0, "fp8": 8.0, "int8": 8.0,
+               "nvfp4": 4.5, "mxfp4": 4.25, "fp4": 4.0, "int4": 4.0}
+
+# Known anomalies of the sources (data README: "flag, don't fit").
+ANOMALIES = (
+    ("xd_", "infer_prefill", "A100 SXM 80GB", "gguf f16",
+     "source anomaly: A100 SXM F16 prefill far below A100 PCIe (data README)"),
+    ("xd_", "infer_prefill", "L40S 48GB", "gguf f16",
+     "source anomaly: L40S F16 prefill below its Q4 figure (data README)"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One measured row as an evaluation point."""
+
+    id: str
+    kind: str
+    metric: str
+    measured: float
+    mode: str  # "inference" | "training"
+    model: ModelCard
+    hardware: str  # catalogue name
+    framework: str
+    knobs: dict[str, Any]
+    n_devices: int
+    flag: str = ""  # non-empty: a known anomaly, reported but not fitted
+
+    @property
+    def model_name(self) -> str:
+        return self.model.name
+
+
+@dataclasses.dataclass(frozen=True)
+class Skip:
+    id: str
+    kind: str
+    reason: str
+
+
+def _tokens(text: str) -> list[str]:
+    text = re.sub(r"\(.*?\)", " ", text.lower())
+    return [t for t in re.split(r"[\s\-_/,]+", text) if t and t not in ("nvidia", "geforce")]
+
+
+def match_hardware(text: str, cards=None) -> str | None:
+    """The catalogue device a free-text name denotes: every token of the text is a
+    prefix of a token of the device's name or long name; the fewest extra tokens wins."""
+    want = _tokens(text)
+    best, best_extra, tie = None, None, False
+    for card in cards if cards is not None else all_hardware():
+        have = set(_tokens(card.long_name)) | set(_tokens(card.name.replace("-", " ")))
+        if all(any(h.startswith(w) for h in have) for w in want):
+            extra = len(have) - len(want)
+            if best_extra is None or extra < best_extra:
+                best, best_extra, tie = card.name, extra, False
+            elif extra == best_extra:
+                tie = True
+    return None if tie else best
+
+
+def _number(row, key, cast=float, default=None):
+    text = (row.get(key) or "").strip()
+    if not text:
+        if default is not None:
+            return default
+        raise ValueError(f"column {key} is empty")
+    try:
+        return cast(float(text))
+    except ValueError:
+        raise ValueError(f"column {key} = {text!r} is not a number") from None
+
+
+def precision_bits(text: str) -> dict[str, float]:
+    """weight/act/kv bits of a precision string: 'fp8 w/a, fp8 kv', 'gguf Q4_K_M
+    weights, f16 act/kv', 'amp_bf16', 'nvfp4', 'F16'."""
+    t = text.lower()
+    gguf = re.search(r"\b(q\d_k_[sml]|q\d_k|q\d_\d|f16|f32|bf16)\b", t)
+    if "gguf" in t or (gguf and gguf.group(1).startswith("q")):
+        if not gguf or gguf.group(1) not in GGUF_BITS:
+            raise ValueError(f"precision {text!r}: unknown GGUF type")
+        w = GGUF_BITS[gguf.group(1)]
+        return dict(weight_bits=w, act_bits=16.0, kv_bits=16.0, quant_group_size=0.0)
+    t = t.replace("amp_", "")
+    found = [(m.start(), FORMAT_BITS[m.group(1)]) for m in
+             re.finditer(r"\b(" + "|".join(sorted(FORMAT_BITS, key=len, reverse=True)) + r")\b", t)]
+    if not found:
+        raise ValueError(f"precision {text!r}: no known format (bf16, fp8, nvfp4, gguf Q4_K_M, ...)")
+    w = found[0][1]
+    kv = found[-1][1] if " kv" in t else (w if w >= 8.0 else 16.0)
+    # The compute dtype: FP8/INT8 and the FP4 formats run their GEMMs at their width;
+    # INT4 is weight-only (dequantized to 16 bits).
+    compute = 8.0 if w == 8.0 else 4.0 if 4.0 < w < 5.0 or w == 4.0 and "int4" not in t else (
+        16.0 if w <= 16.0 else 32.0)
+    return dict(weight_bits=w, act_bits=compute, kv_bits=kv, quant_group_size=0.0)
+
+
+def _model_card(row) -> ModelCard:
+    """Architecture from the row's columns; style (MLP, norm, positions, ties) from the
+    catalogue model of the same name, or of the same family."""
+    name = row["model"].strip().lower()
+    family = re.match(r"[a-z]+", name).group(0)
+    style_name = {"mpt": "mpt-7b", "llama": "llama-3-8b", "qwen": "qwen2.5-7b",
+                  "mistral": "mistral-7b", "gpt": "gpt-3-6.7b", "opt": "opt-6.7b"}.get(family)
+    try:
+        style = load_model(name)
+    except InputError:
+        if style_name is None:
+            raise ValueError(f"model {row['model']!r}: no catalogue model of its family "
+                             "to take the architecture style from") from None
+        style = load_model(style_name)
+    f = {k: v for k, v in style.fields.items()
+         if k not in ("source", "notes", "published_params_source", "long_name")}
+    f.update(name=name, long_name=row["model"].strip())
+    heads = _number(row, "heads", int)
+    f.update(n_layers=_number(row, "layers", int), d_model=_number(row, "hidden", int),
+             n_heads=heads, n_kv_heads=_number(row, "kv_heads", int, heads),
+             d_ff=_number(row, "ffn", int), vocab_size=_number(row, "vocab", int))
+    f.pop("head_dim", None)
+    f.pop("published_params", None)
+    f.pop("published_active_params", None)
+    experts = _number(row, "moe_experts", int, 0)
+    if experts:
+        f.update(n_experts=experts, top_k=_number(row, "moe_topk", int), d_ff_expert=f["d_ff"])
+    # the run happened at its length: no context limit applies to a measured row
+    f["max_seq_len"] = 1 << 21
+    return ModelCard.from_mapping(f, f"{row['id']}", name)
+
+
+def _framework(row) -> str:
+    text = (row["source"] + " " + row["notes"]).lower()
+    for name, keys in FRAMEWORKS:
+        if any(k in text for k in keys):
+            return name
+    raise ValueError("no known framework named in source or notes "
+                     f"({', '.join(n for n, _ in FRAMEWORKS)})")
+
+
+def _training_knobs(row, precision) -> dict:
+    notes = row["notes"]
+    n = _number(row, "n_devices", int)
+    tp, pp = _number(row, "tp", int, 1), _number(row, "pp", int, 1)
+    dp = _number(row, "dp", int, n // (tp * pp))
+    batch = _number(row, "batch", int)
+    micro = re.search(r"micro-batch (\d+)", notes)
+    micro = int(micro.group(1)) if micro else max(batch // dp, 1)
+    zero = 3 if "FULL_SHARD" in notes else 2 if "SHARD_GRAD_OP" in notes else 0
+    recompute = 2 if re.search(r"act-ckpt True", notes) else 0
+    bits = precision["weight_bits"]
+    return dict(global_batch=batch, micro_batch=micro, seq_len=_number(row, "input_len", int),
+                tp=tp, pp=pp, dp=dp, ep=_number(row, "ep", int, 1), zero_stage=zero,
+                recompute=recompute, weight_bits=bits, act_bits=precision["act_bits"],
+                grad_bits=16.0, master_weight_bits=32.0, flash_attention=1.0)
+
+
+def case(row: dict) -> Case | Skip:
+    rid, kind = row["id"], row["kind"]
+    try:
+        if kind not in KINDS:
+            raise ValueError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
+        if row["metric"] not in METRICS[kind]:
+            raise ValueError(f"metric {row['metric']!r} for kind {kind} (known: "
+                             f"{', '.join(METRICS[kind])})")
+        measured = _number(row, "value")
+        if not measured > 0:
+            raise ValueError(f"value {measured} is not positive")
+        hardware = match_hardware(row["hardware"])
+        if hardware is None:
+            raise ValueError(f"hardware {row['hardware']!r} matches no single catalogue device")
+        precision = precision_bits(row["precision"])
+        model = _model_card(row)
+        framework = _framework(row)
+        n_devices = _number(row, "n_devices", int, 1)
+        if kind == "train":
+            knobs = _training_knobs(row, precision)
+            mode = "training"
+        else:
+            tp, pp = _number(row, "tp", int, 1), _number(row, "pp", int, 1)
+            inp, out = _number(row, "input_len", int, 0), _number(row, "output_len", int, 0)
+            # llama-bench ran without FlashAttention by default (-fa 0) in 2024
+            flash = 0.0 if framework == "llama.cpp" and " -fa 1" not in row["notes"] else 1.0
+            knobs = dict(precision, tp=tp, pp=pp, dp=1, ep=_number(row, "ep", int, 1),
+                         memory_reserve=0.1, flash_attention=flash)
+            if kind == "infer_decode":
+                knobs.update(batch=_number(row, "batch", int, 1), input_len=max(inp, 1),
+                             output_len=out)
+            elif kind == "infer_prefill":
+                chunk = re.search(r"ubatch (\d+)", row["notes"])
+                knobs.update(batch=_number(row, "batch", int, 1), input_len=inp, output_len=2,
+                             prefill_chunk=float(chunk.group(1)) if chunk else 0.0)
+            else:
+                knobs.update(batch=1, input_len=inp, output_len=out)
+            mode = "inference"
+        flag = ""
+        for prefix, k, hw, prec, why in ANOMALIES:
+            if (rid.startswith(prefix) and kind == k and row["hardware"] == hw
+                    and row["precision"].lower().startswith(prec)):
+                flag = why
+        return Case(rid, kind, row["metric"], measured, mode, model, hardware, framework,
+                    knobs, n_devices, flag)
+    except (ValueError, InputError) as e:
+        return Skip(rid, kind, str(e).removeprefix("dse: error: "))
+
+
+def read(path) -> tuple[list[Case], list[Skip]]:
+    """Every row of a measured-results CSV as a Case or a Skip (with its reason)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(str(path), "DATA", "file not found", "a CSV in the measured_public schema")
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise InputError(str(path), missing[0], "column missing",
+                             "the columns of measured_public.csv: " + ", ".join(COLUMNS))
+        rows = list(reader)
+    if not rows:
+        raise InputError(str(path), "rows", "no data rows", "at least one measured row")
+    cases, skips = [], []
+    for row in rows:
+        (cases if isinstance(c := case(row), Case) else skips).append(c)
+    return cases, skips
