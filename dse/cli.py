@@ -28,6 +28,11 @@ def _cmd_sweep(args) -> int:
     if args.output is not None and Path(args.output).suffix not in FORMATS:
         raise InputError("-o", args.output, "unsupported output extension",
                          "a path ending in .nc or .zarr")
+    if args.bands is not None and args.bands < 2:
+        raise InputError("--bands", str(args.bands), "too few samples", "an integer >= 2")
+    if args.bands and study.calibration is None:
+        raise InputError(study.file, "study.calibration", "--bands needs a calibration",
+                         'calibration = "calibrations/public.toml" in [study]')
     if args.workers is not None and args.workers < 1:
         raise InputError("--workers", str(args.workers), "must be at least 1",
                          "an integer >= 1 (local worker processes)")
@@ -36,6 +41,12 @@ def _cmd_sweep(args) -> int:
                              scheduler=args.scheduler, workers=args.workers,
                              resume=args.resume)
     seconds = time.perf_counter() - start
+    if args.bands:
+        from .io import write_dataset
+        from .uncertainty import bands
+
+        band_path = Path(path).with_name(f"{Path(path).stem}-bands.nc")
+        write_dataset(bands(study, samples=args.bands), band_path)
     if not args.quiet:
         if study.output.reduce is not None:
             print(reduce_summary(ds, seconds))
@@ -44,7 +55,7 @@ def _cmd_sweep(args) -> int:
         else:
             print(f"{study.name}: {study.size:,} points in {seconds:.3g} s "
                   f"({study.size / seconds:.3g} points/s)")
-    print(f"wrote {path}")
+    print(f"wrote {path}" + (f", {band_path}" if args.bands else ""))
     return 0
 
 
@@ -149,6 +160,39 @@ def _cmd_models(args) -> int:
     return 0
 
 
+def _cmd_validate(args) -> int:
+    from .validate import dumps_json, validate
+
+    result = validate(args.data, calibration=args.calibration, holdout=args.holdout)
+    out = Path(args.output)
+    figure = result.plot(out / "validate.png")
+    (out / "validate.json").write_text(dumps_json(result))
+    if args.json:
+        print(dumps_json(result))
+    else:
+        print(result.table())
+        print(f"wrote {figure}, {out / 'validate.json'}")
+    return 0
+
+
+def _cmd_calibrate(args) -> int:
+    from .calibration import save
+    from .validate import calibrate
+
+    out = Path(args.output)
+    if out.suffix != ".toml":
+        raise InputError("-o", str(out), "unsupported output extension", "a path ending in .toml")
+    if args.steps < 1:
+        raise InputError("--steps", str(args.steps), "must be at least 1", "an integer >= 1")
+    cal, history = calibrate(args.data, steps=args.steps)
+    save(cal, out)
+    print(f"fitted {len(cal.frameworks)} frameworks x {len(cal.families)} families on "
+          f"{cal.info['rows_fitted']} rows: loss {history[0]:.4g} -> {history[-1]:.4g} "
+          f"in {len(history)} Adam steps (residual log-SD {cal.info['residual_log_sd']:.3f})")
+    print(f"wrote {out}")
+    return 0
+
+
 def _cmd_usecases(args) -> int:
     from .usecases import USECASES
 
@@ -184,6 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "[output] workers, \"auto\": one per core for big streamed sweeps)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted sweep from "
                    "its finished chunks (kept in .NAME.partial beside the output)")
+    p.add_argument("--bands", type=int, metavar="N", help="also write NAME-bands.nc: 5/50/95%% "
+                   "quantiles of the metrics over N draws of the study's calibration")
     p.set_defaults(run=_cmd_sweep)
 
     p = verbs.add_parser("search", help="optuna search of a study's space ([search] section)",
@@ -204,6 +250,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=_cmd_sensitivity)
 
+    p = verbs.add_parser("validate", help="predict measured runs (CSV) and report the errors "
+                         "per kind: calibrated, plain roofline, leave-one-out")
+    p.add_argument("data", help="CSV in the schema of measured_public.csv")
+    p.add_argument("--calibration", help="calibration .toml (default: the shipped "
+                   "calibrations/public.toml)")
+    p.add_argument("--holdout", action=argparse.BooleanOptionalAction, default=True,
+                   help="refit without each device and each model and predict them "
+                   "(default: on)")
+    p.add_argument("-o", "--output", default="results/validate",
+                   help="directory for validate.png and validate.json (default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    p.set_defaults(run=_cmd_validate)
+
+    p = verbs.add_parser("calibrate", help="fit a calibration to measured runs by gradient "
+                         "descent through the evaluator")
+    p.add_argument("data", help="CSV in the schema of measured_public.csv")
+    p.add_argument("-o", "--output", required=True, help="calibration file to write (.toml)")
+    p.add_argument("--steps", type=int, default=600, help="Adam steps (default: %(default)s)")
+    p.set_defaults(run=_cmd_calibrate)
+
     p = verbs.add_parser("hardware", help="list the hardware catalogue")
     p.add_argument("--json", action="store_true", help="print every field as JSON")
     p.set_defaults(run=_cmd_hardware)
@@ -220,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.verb in ("sweep", "search", "sensitivity"):
+    if args.verb in ("sweep", "search", "sensitivity", "validate", "calibrate"):
         from .evaluate import enable_compilation_cache
 
         enable_compilation_cache()

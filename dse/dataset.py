@@ -28,7 +28,18 @@ def provenance(study: Study) -> dict:
         "hardware_specs": json.dumps({c.name: dict(c.fields) for c in study.hardware}),
         "model_specs": json.dumps({c.name: dict(c.fields) for c in study.models}),
         "Conventions": "CF-1.8",
+        **calibration_attrs(study),
     }
+
+
+def calibration_attrs(study: Study) -> dict:
+    """The calibration a study ran under: file, framework and each device's values."""
+    if study.calibration is None:
+        return {"calibration": "none (plain roofline)"}
+    return {"calibration": study.calibration.file, "calibration_framework": study.framework,
+            "calibration_values": json.dumps({
+                c.name: study.calibration.values(study.framework, c.name)
+                for c in study.hardware})}
 
 
 def coords(study: Study) -> dict:

@@ -68,7 +68,16 @@ def tables(study: Study):
         from .pipeline import spec
 
         return models, spec(study.pipeline, [c.fields["n_layers"] for c in study.models], dtype)
-    return models, hw_mod.stack([c.spec() for c in study.hardware], dtype)
+    return models, hw_mod.stack([hardware_spec(study, c) for c in study.hardware], dtype)
+
+
+def hardware_spec(study: Study, card):
+    """A device's spec under the study's calibration (the plain roofline without one)."""
+    if study.calibration is None:
+        return card.spec()
+    from .calibration import calibrated_spec
+
+    return calibrated_spec(card.spec(), study.calibration, study.framework, card.name)
 
 
 INDEX_KEYS = ("model", "hardware", "draft_model", "usecase")

@@ -20,7 +20,7 @@ from .model import ModelCard
 from .outputs import OUTPUTS
 
 SECTIONS = {"study", "axes", "output", "search", "sensitivity", "pipeline"}
-STUDY_KEYS = {"name", "mode", "description", "dtype"}
+STUDY_KEYS = {"name", "mode", "description", "dtype", "calibration", "framework"}
 OUTPUT_KEYS = {"path", "variables", "chunk_points", "compress", "breakdown", "reduce", "workers"}
 DTYPES = ("float32", "float64")
 FORMATS = {".nc": "netcdf", ".zarr": "zarr"}
@@ -64,6 +64,8 @@ class Study:
     dtype: str = "float32"
     sections: dict[str, Any] = dataclasses.field(default_factory=dict)
     pipeline: Any = None  # PipelineConfig in pipeline mode
+    calibration: Any = None  # dse.calibration.Calibration ([study] calibration = "...")
+    framework: str | None = None  # the calibration's framework this study runs on
 
     @property
     def evaluation_width(self) -> int:
@@ -249,12 +251,48 @@ def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = No
         pipeline = parse_pipeline(raw["pipeline"], file, base_dir,
                                   {c.name: c.fields["n_layers"] for c in model_cards.values()})
         hardware = pipeline.stages  # the stage table, in stage order
+    calibration, framework = _parse_calibration(head, file, base_dir, mode)
     study = Study(name=name, mode=mode, text=text, file=file, dims=tuple(dims), fixed=fixed,
                   models=tuple(table.values()), hardware=hardware,
                   output=_parse_output(raw, file, mode, tuple(a.name for a in dims)), dtype=dtype,
-                  sections=dict(raw), pipeline=pipeline)
+                  sections=dict(raw), pipeline=pipeline, calibration=calibration,
+                  framework=framework)
     _check_contradictions(study)
     return study
+
+
+def _parse_calibration(head: dict, file: str, base_dir: Path | None, mode: str):
+    """([study] calibration, framework): the fitted efficiencies the study runs under."""
+    path, framework = head.get("calibration"), head.get("framework")
+    if path is None:
+        if framework is not None:
+            raise InputError(file, "study.framework", "given without study.calibration",
+                             'a calibration file, e.g. calibration = "calibrations/public.toml"')
+        return None, None
+    if mode == "pipeline":
+        raise InputError(file, "study.calibration", "not supported in pipeline mode",
+                         "inference or training studies")
+    if not isinstance(path, str) or not path:
+        raise InputError(file, "study.calibration", f"value {path!r} is not valid",
+                         "a path to a calibration .toml")
+    from . import calibration as C
+
+    resolved = Path(path)
+    if not resolved.is_absolute():
+        resolved = (base_dir or Path.cwd()) / resolved
+        if not resolved.is_file():
+            resolved = next((r / path for r in catalogue.roots() if (r / path).is_file()),
+                            resolved)
+    cal = C.load(resolved, referrer=file, key="study.calibration")
+    if framework is None:
+        if len(cal.frameworks) != 1:
+            raise InputError(file, "study.framework", "missing (the calibration has several)",
+                             ", ".join(cal.frameworks))
+        framework = cal.frameworks[0]
+    if framework not in cal.frameworks:
+        raise InputError(file, "study.framework", f"value {framework!r} is not in the "
+                         "calibration", ", ".join(cal.frameworks))
+    return cal, framework
 
 
 def _parse_output(raw: dict, file: str, mode: str, axes: tuple[str, ...] = ()) -> Output:

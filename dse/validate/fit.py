@@ -81,7 +81,7 @@ def fit_folds(prob: Problem, includes: np.ndarray, steps: int = STEPS,
                 value, grad = loss_grad(params(state), prob, w, theta0, precision)
                 return update(i, grad, state), value
 
-            state, history = jax.lax.scan(step, init(theta0), jnp.arange(steps))
+            state, history = jax.lax.scan(step, init(theta0), jnp.arange(steps, dtype=theta0.dtype))
             return params(state), history
 
         theta, history = jax.jit(jax.vmap(one))(weights)

@@ -1,0 +1,79 @@
+"""Uncertainty bands: a study evaluated under its calibration's parameter uncertainty.
+
+The calibration file keeps the fit's covariance (Laplace approximation). :func:`bands`
+draws calibrations from it and evaluates the whole grid once per draw, the draws as a
+``jax.vmap`` axis over the hardware table's calibration leaves, and reports quantiles
+of every metric: ``dims = ("quantile", *study axes)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import jax
+import numpy as np
+import xarray as xr
+
+from . import grid
+from .calibration import sample_specs
+from .dataset import coords, provenance
+from .errors import InputError
+from .evaluate import evaluate
+from .hardware import CALIBRATION_FIELDS, HardwareSpec
+from .outputs import OUTPUTS
+from .study import Study, load_study
+
+MAX_EVALUATIONS = 2e8  # grid points x samples kept in memory at once
+
+
+def band_metrics(study: Study) -> tuple[str, ...]:
+    """Float outputs without extra dimensions (the metrics a band makes sense for)."""
+    meta = OUTPUTS[study.mode]
+    return tuple(n for n in study.variables if meta[n].kind == "float" and not meta[n].dims)
+
+
+def bands(study: Study | str | Path, samples: int = 64, quantiles=(0.05, 0.5, 0.95),
+          seed: int = 0, names: tuple[str, ...] | None = None) -> xr.Dataset:
+    """Quantiles of each metric over ``samples`` draws of the study's calibration."""
+    if not isinstance(study, Study):
+        study = load_study(study)
+    if study.calibration is None:
+        raise InputError(study.file, "study.calibration", "uncertainty bands need a calibration",
+                         'calibration = "calibrations/public.toml" in [study]')
+    if study.calibration.covariance is None:
+        raise InputError(study.calibration.file, "uncertainty.covariance", "missing",
+                         "a calibration written by dse calibrate (it keeps the covariance)")
+    if samples < 2:
+        raise InputError("--bands", str(samples), "too few samples", "an integer >= 2")
+    if study.size * samples > MAX_EVALUATIONS:
+        raise InputError(study.file, "axes", f"{study.size:,} points x {samples} samples is too "
+                         "many for one evaluation", f"at most {MAX_EVALUATIONS:.0e} in all")
+    names = names or band_metrics(study)
+    dtype = np.float64 if study.dtype == "float64" else np.float32
+    models, _ = grid.tables(study)
+    hardware = sample_specs([c.spec() for c in study.hardware], [c.name for c in study.hardware],
+                            study.calibration, study.framework, samples, seed)
+    hardware = jax.tree_util.tree_map(lambda x: np.asarray(x, dtype), hardware)
+    axes = HardwareSpec(**{f.name: 0 if f.name in CALIBRATION_FIELDS else None
+                           for f in dataclasses.fields(HardwareSpec)})
+    point = grid.chunk_point(study, grid.plan(study.shape, max(study.size, 1))[0])
+    features = study.features
+    with jax.enable_x64(study.dtype == "float64"):
+        run = jax.jit(jax.vmap(lambda hw: evaluate(point, models, hw, study.mode, names,
+                                                   features), in_axes=(axes,)))
+        out = run(hardware)
+    dims = ("quantile",) + tuple(a.name for a in study.dims)
+    q = np.asarray(quantiles, np.float64)
+    data = {}
+    for name in names:
+        draws = np.asarray(out[name], np.float64)
+        values = np.quantile(draws, q, axis=0)
+        values = np.broadcast_to(values, (len(q),) + study.shape)
+        info = OUTPUTS[study.mode][name]
+        data[name] = xr.Variable(dims, values.astype(dtype), {
+            "units": info.units, "long_name": info.long_name,
+            "comment": f"quantiles over {samples} draws of the calibration"})
+    ds = xr.Dataset(data, coords=dict(coords(study), quantile=("quantile", q)),
+                    attrs=dict(provenance(study), bands_samples=samples, bands_seed=seed))
+    return ds
