@@ -27,8 +27,8 @@ def reason_counts(ds: xr.Dataset) -> dict[str, int]:
             for name, bit in REASON_BITS.items()}
 
 
-_SHOWN = ("throughput_tok_s", "ttft_s", "tpot_s", "tokens_per_s", "step_s", "mfu",
-          "memory_bytes")
+SHOWN = ("throughput_tok_s", "ttft_s", "tpot_s", "tokens_per_s", "step_s", "mfu",
+         "memory_bytes")
 
 
 def best(ds: xr.Dataset, metric: str | None = None, k: int = 5,
@@ -55,14 +55,15 @@ def best(ds: xr.Dataset, metric: str | None = None, k: int = 5,
         index = dict(zip(dims, np.unravel_index(flat, shape)))
         point = ds.isel(index)
         row = {d: point[d].item() for d in dims}
-        for name in _SHOWN:
+        for name in SHOWN:
             if name in point:
                 row[name] = float(point[name])
         rows.append(row)
     return rows
 
 
-def _fmt(key: str, value) -> str:
+def format_value(key: str, value) -> str:
+    """A value in human units, chosen by the unit suffix of its name."""
     if key.endswith("_bytes"):
         return human_bytes(value)
     if key.endswith("_tok_s") or key == "tokens_per_s":
@@ -79,7 +80,7 @@ def table(rows: list[dict]) -> str:
     if not rows:
         return "  (none)"
     keys = list(rows[0])
-    cells = [[_fmt(k, r[k]) for k in keys] for r in rows]
+    cells = [[format_value(k, r[k]) for k in keys] for r in rows]
     header = [k.replace("throughput_tok_s", "tok/s") for k in keys]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
     lines = ["  " + "  ".join(h.rjust(w) for h, w in zip(header, widths))]
@@ -137,7 +138,7 @@ def reduce_summary(ds: xr.Dataset, seconds: float, k: int = 10) -> str:
         for name in ds.attrs["reduced_axes"].split():
             value = g[f"best_{name}"].item()
             row[name] = value.item() if hasattr(value, "item") else value
-        for name in dict.fromkeys((objective,) + _SHOWN):
+        for name in dict.fromkeys((objective,) + SHOWN):
             if name in g:
                 row[name] = float(g[name])
         rows.append(row)

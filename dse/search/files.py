@@ -46,7 +46,10 @@ def best_toml(result: SearchResult, entry: dict) -> str:
 
 def write_files(result: SearchResult, out: Path) -> dict[str, Path]:
     out = Path(out)
-    paths = {"trials": write_dataset(result.trials, out)}
+    trials = result.trials
+    if result.exhaustive:  # for reports drawn from the file alone (dse report)
+        trials = trials.assign_attrs(exhaustive=json.dumps(result.exhaustive, default=float))
+    paths = {"trials": write_dataset(trials, out)}
     csv = out.with_suffix(".csv")
     tmp = csv.with_name(f".{csv.name}.tmp-{os.getpid()}")
     result.trials.drop_vars("constraint").to_dataframe().to_csv(tmp)

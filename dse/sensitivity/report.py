@@ -44,6 +44,14 @@ def _metrics(ds: xr.Dataset) -> list[str]:
 
 
 def tornado(one: xr.Dataset, label: str, path: Path, delta: float) -> Path:
+    fig = tornado_figure(one, label, delta)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def tornado_figure(one: xr.Dataset, label: str, delta: float):
+    """The tornado chart of one workload: +-delta of each parameter, a panel per metric."""
     metrics = _metrics(one)
     fig, axes = plt.subplots(1, len(metrics), figsize=(3.6 * len(metrics), 4.2), dpi=110,
                              squeeze=False)
@@ -65,9 +73,7 @@ def tornado(one: xr.Dataset, label: str, path: Path, delta: float) -> Path:
     axes[0][0].legend(fontsize=7, loc="lower left")
     fig.suptitle(f"+-{100 * delta:g}% of each hardware parameter: {label}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def _fmt(x) -> str:
