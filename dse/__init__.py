@@ -14,6 +14,7 @@ from .errors import InputError
 from .evaluate import evaluate
 from .io import write_dataset
 from .knobs import InferencePoint
+from .report import plot, report
 from .search import SearchResult, search
 from .sensitivity import sensitivity
 from .study import Study, load_study, parse_study
@@ -21,6 +22,6 @@ from .sweep import sweep, sweep_to_file
 
 __all__ = [
     "__version__", "InferencePoint", "InputError", "SearchResult", "Study", "evaluate",
-    "load_hardware", "load_model", "load_study", "parse_study", "search", "sensitivity", "sweep",
-    "sweep_to_file", "write_dataset",
+    "load_hardware", "load_model", "load_study", "parse_study", "plot", "report", "search",
+    "sensitivity", "sweep", "sweep_to_file", "write_dataset",
 ]

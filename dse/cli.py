@@ -115,6 +115,21 @@ def _cmd_sensitivity(args) -> int:
     return 0
 
 
+def _cmd_report(args) -> int:
+    from .report import report
+
+    print(f"wrote {report(args.result, args.output)}")
+    return 0
+
+
+def _cmd_plot(args) -> int:
+    from .report import plot
+
+    options = dict(metric=args.metric, x=args.x, y=args.y, workload=args.workload)
+    print(f"wrote {plot(args.result, args.kind, args.output, **options)}")
+    return 0
+
+
 def _cmd_hardware(args) -> int:
     from . import catalogue
 
@@ -269,6 +284,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="calibration file to write (.toml)")
     p.add_argument("--steps", type=int, default=600, help="Adam steps (default: %(default)s)")
     p.set_defaults(run=_cmd_calibrate)
+
+    p = verbs.add_parser("report", help="HTML report with figures of a sweep, search or "
+                         "sensitivity result")
+    p.add_argument("result", help="result file (.nc or .zarr) written by dse sweep, search "
+                   "or sensitivity")
+    p.add_argument("-o", "--output", help="report directory (default: <result>-report/ "
+                   "beside the result); index.html and PNG figures go in it")
+    p.set_defaults(run=_cmd_report)
+
+    p = verbs.add_parser("plot", help="one figure of a result as PNG or SVG")
+    p.add_argument("result", help="result file (.nc or .zarr)")
+    p.add_argument("kind", help="heatmap, pareto, roofline, memory, latency, tornado, history")
+    p.add_argument("-o", "--output", help="figure path, .png or .svg (default: "
+                   "<result>-<kind>.png beside the result)")
+    p.add_argument("--metric", help="variable to show (default: the mode's throughput)")
+    p.add_argument("--x", help="heatmap: horizontal axis; pareto: latency variable")
+    p.add_argument("--y", help="heatmap: vertical axis")
+    p.add_argument("--workload", type=int, help="tornado: workload number (default 0)")
+    p.set_defaults(run=_cmd_plot)
 
     p = verbs.add_parser("hardware", help="list the hardware catalogue")
     p.add_argument("--json", action="store_true", help="print every field as JSON")
