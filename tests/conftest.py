@@ -5,6 +5,7 @@ error instead of a silent upcast; rank promotion "raise" makes every broadcast i
 formulas explicit.
 """
 
+import fcntl
 import os
 from pathlib import Path
 
@@ -22,6 +23,45 @@ STUDIES = ROOT / "studies"
 def _compilation_cache(tmp_path_factory):
     # The CLI keeps compiled evaluators on disk; in tests, away from the user's cache.
     os.environ["DSE_CACHE_DIR"] = str(tmp_path_factory.mktemp("jax-cache"))
+
+
+class Shared:
+    """Results made once per test run and shared by the modules that need them, across
+    xdist workers: the first to ask makes one under a file lock, the others wait for it
+    and reuse it (the xdist docs' recipe for session fixtures that run once)."""
+
+    def __init__(self, tmp_path_factory):
+        base = tmp_path_factory.getbasetemp()
+        self.root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared"
+        self.root.mkdir(exist_ok=True)
+
+    def get(self, key: str, argv: list[str]) -> tuple[int, Path]:
+        """(exit code, output path) of ``dse ARGV -o ROOT/KEY``, run once."""
+        out, code = self.root / key, self.root / f"{key}.exit-code"
+        with open(self.root / f"{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not code.exists():
+                from dse.cli import main
+
+                code.write_text(str(main(argv + ["-o", str(out), "-q"])))
+        return int(code.read_text()), out
+
+
+@pytest.fixture(scope="session")
+def swept(tmp_path_factory):
+    """name -> (exit code, path) of ``dse sweep studies/NAME -o PATH -q``, once per run
+    (shared by the study and report tests)."""
+    shared = Shared(tmp_path_factory)
+    return lambda name: shared.get(name.removesuffix(".toml") + ".nc",
+                                   ["sweep", str(STUDIES / name)])
+
+
+@pytest.fixture(scope="session")
+def genz_sensitivity(tmp_path_factory) -> tuple[int, Path]:
+    """``dse sensitivity`` of studies/sensitivity-genz.toml, once per run: (exit code,
+    Dataset path; the Markdown/HTML report and tornado charts are beside it)."""
+    return Shared(tmp_path_factory).get("genz.nc", ["sensitivity",
+                                                    str(STUDIES / "sensitivity-genz.toml")])
 
 
 @pytest.fixture

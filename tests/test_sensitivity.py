@@ -135,9 +135,10 @@ def test_inverse_answers_meet_the_target():
                                              batch=16)).item()
 
 
-def test_genz_report(tmp_path, capsys):
-    out = tmp_path / "genz.nc"
-    assert main(["sensitivity", str(STUDIES / "sensitivity-genz.toml"), "-o", str(out), "-q"]) == 0
+def test_genz_report(genz_sensitivity):
+    code, out = genz_sensitivity  # dse sensitivity GENZ -o OUT -q, shared with test_report
+    assert code == 0
+    tmp_path = out.parent
     md = (tmp_path / "genz.md").read_text()
     html = (tmp_path / "genz.html").read_text()
     assert "## usecase=chat, batch=1" in md and "## usecase=summarization, batch=16" in md

@@ -3,17 +3,15 @@
 import pytest
 import xarray as xr
 
-from dse.cli import main
-
 from .conftest import STUDIES
 
 ALL = sorted(p.name for p in STUDIES.glob("*.toml"))
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_example_study_runs(name, tmp_path):
-    out = tmp_path / (name.removesuffix(".toml") + ".nc")
-    assert main(["sweep", str(STUDIES / name), "-o", str(out), "-q"]) == 0
+def test_example_study_runs(name, swept):
+    code, out = swept(name)  # dse sweep STUDY -o OUT -q, shared with the report tests
+    assert code == 0
     ds = xr.open_dataset(out)
     assert ds.attrs["study"] == (STUDIES / name).read_text()
     for var in ds.data_vars.values():
