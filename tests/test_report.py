@@ -22,6 +22,7 @@ from dse.report.reduce import best_over, pareto_front
 from dse.report.result import open_result
 
 from .conftest import STUDIES
+from .test_search import SMALL
 
 # Reverse order: test_studies sweeps from the front on the other worker; each study is
 # swept once (see conftest.Shared) and the two workers meet in the middle.
@@ -168,37 +169,21 @@ def test_plot_png_and_svg(swept, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lat.svg", "roof.png"]
 
 
-SMALL_SEARCH = """
-[study]
-name = "small"
-[axes]
-model = "llama-3.2-1b"
-hardware = ["l40s", "a100-80gb", "h100-sxm"]
-tp = [1, 2]
-batch = { start = 1, stop = 64, step = 1 }
-weight_bits = [16, 8]
-input_len = 1000
-output_len = 200
-[search]
-constraints = ["fits", "tpot_s <= 0.02"]
-n_trials = 16
-seed = 1
-batch_size = 8
-exhaustive = false
-"""
-
-
 @pytest.fixture(scope="module")
 def searches(tmp_path_factory):
-    """dse search on a small space: one objective, then two (same evaluator, compiled once)."""
+    """dse search on test_search's small space: one objective, then two (the same
+    evaluator, compiled once), trials kept in SQLite beside the results."""
     root = tmp_path_factory.mktemp("search")
     objectives = {"one": 'objective = "throughput_tok_s"',
                   "two": 'objective = ["throughput_tok_s", "tpot_s"]\n'
                          'direction = ["maximize", "minimize"]'}
     out = {}
     for name, objective in objectives.items():
+        text = SMALL.format(constraints='["fits", "tpot_s <= 0.02"]', n=16,
+                            storage=f"sqlite:///{root / name}.db")
         study = root / f"{name}.toml"
-        study.write_text(SMALL_SEARCH.replace("[search]\n", f"[search]\n{objective}\n"))
+        study.write_text(text.replace('objective = "throughput_tok_s"',
+                                      f"{objective}\nexhaustive = false"))
         out[name] = root / f"{name}-search.nc"
         assert main(["search", str(study), "-o", str(out[name])]) == 0
     return out

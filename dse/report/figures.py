@@ -153,6 +153,10 @@ def heatmap(res: Result, metric: str | None = None, x: str | None = None,
         ax.set_title(", ".join(f"{res.ds[a].values[i]}" for a, i in zip(facets, panel))
                      or res.name, fontsize=8)
         ax.label_outer()
+    ncols = axs[0].get_gridspec().ncols
+    for k, ax in enumerate(axs):
+        if k + ncols >= len(axs):  # the lowest panel of its column: keep its x labels
+            ax.tick_params(labelbottom=True)
     fig.supxlabel(label(res.ds[x]), fontsize=8)
     fig.supylabel(label(res.ds[y]), fontsize=8)
     if shade:

@@ -71,7 +71,8 @@ def _grid_summary(res: Result) -> list[str]:
     for labels, point, feasible in best_points(res, metric, list(FACETS))[:64]:
         one = select(res, point)
         row = [str(v) for v in labels.values()]
-        row.append(config_label(res, point) if feasible else "no feasible configuration")
+        row.append((config_label(res, point) or "the study's fixed values") if feasible
+                   else "no feasible configuration")
         row += [_cell(k, one[k].item()) if feasible else "" for k in shown]
         rows.append(row)
     header = [a for a in FACETS if a in res.axes] + ["configuration"] + shown
