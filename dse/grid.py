@@ -262,18 +262,29 @@ def run_function(study: Study, fn, extra: dict[str, int], deps: dict[str, tuple[
     iterator: Iterator[Chunk] = iter(chunks)
     if progress is not None:
         iterator = progress(iterator, total=len(chunks))
+
+    def place(chunk: Chunk, out: dict) -> None:
+        if len(chunks) == 1 and chunk.stop - chunk.start == chunk.length:
+            for name, _, array, _ in chunk_pieces(study, chunk, out, extra, deps):
+                results[name] = array
+            return
+        for name, target, array, _ in chunk_pieces(study, chunk, out, extra, deps):
+            if name not in results:
+                lead = np.shape(out[name])[:extra[name]]
+                results[name] = np.empty(output_shape(study, deps[name], lead), array.dtype)
+            results[name][target] = array
+
     with jax.enable_x64(study.dtype == "float64"):
+        previous = None
         for chunk in iterator:
+            # dispatch is asynchronous: this chunk computes while the previous one is
+            # copied into place
             out = fn(chunk_point(study, chunk), models, hardware)
-            if len(chunks) == 1 and chunk.stop - chunk.start == chunk.length:
-                for name, _, array, _ in chunk_pieces(study, chunk, out, extra, deps):
-                    results[name] = array
-                continue
-            for name, target, array, _ in chunk_pieces(study, chunk, out, extra, deps):
-                if name not in results:
-                    lead = np.shape(out[name])[:extra[name]]
-                    results[name] = np.empty(output_shape(study, deps[name], lead), array.dtype)
-                results[name][target] = array
+            if previous is not None:
+                place(*previous)
+            previous = chunk, out
+        if previous is not None:
+            place(*previous)
     return results, deps
 
 

@@ -7,6 +7,7 @@ temporary is removed and an existing result is left untouched.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import uuid
@@ -34,22 +35,38 @@ def replace_path(source: Path, path: Path) -> None:
         os.replace(source, path)
 
 
-def write_dataset(ds: xr.Dataset, path: str | Path, compress: bool = False) -> Path:
-    """Write ``ds`` to ``path`` (``.nc``: netCDF-4 via h5netcdf; ``.zarr``: zarr v2 store)."""
+@contextlib.contextmanager
+def atomic_path(path: str | Path):
+    """A temporary name beside ``path`` to write to; renamed to ``path`` when the block
+    completes, removed if it raises."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
+        yield tmp
+        if tmp.is_dir():
+            replace_path(tmp, path)
+        else:
+            os.replace(tmp, path)
+    finally:
+        _remove(tmp)
+
+
+def netcdf_encoding(ds: xr.Dataset, compress: bool) -> dict | None:
+    """Per-variable netCDF encoding: gzip level 1 for the data variables if asked."""
+    if not compress:
+        return None
+    return {v: {"compression": "gzip", "compression_opts": 1} for v in ds.data_vars}
+
+
+def write_dataset(ds: xr.Dataset, path: str | Path, compress: bool = False) -> Path:
+    """Write ``ds`` to ``path`` (``.nc``: netCDF-4 via h5netcdf; ``.zarr``: zarr v2 store)."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
         if path.suffix == ".zarr":
             # Zarr format 2 with consolidated metadata: the layout every zarr reader
             # opens, and the one plain ``xarray.open_dataset`` reads without warnings.
             ds.to_zarr(tmp, mode="w", zarr_format=2, consolidated=True)
-            replace_path(tmp, path)
         else:
-            encoding = ({v: {"compression": "gzip", "compression_opts": 1} for v in ds.data_vars}
-                        if compress else None)
-            ds.to_netcdf(tmp, engine="h5netcdf", encoding=encoding)
-            os.replace(tmp, path)
-    finally:
-        _remove(tmp)
+            ds.to_netcdf(tmp, engine="h5netcdf", encoding=netcdf_encoding(ds, compress))
     return path

@@ -11,6 +11,7 @@ import xarray as xr
 from . import grid
 from .dataset import to_dataset
 from .io import write_dataset
+from .lazy import write_netcdf
 from .study import Study, load_study
 
 
@@ -33,6 +34,21 @@ def _points_bar(enabled: bool | None):
 
     return lambda total: tqdm(total=total, unit="pt", unit_scale=True, leave=False,
                               smoothing=0.1)
+
+
+def _points_callback(enabled: bool | None, total: int):
+    """``advance(points)`` for a points bar, or None; the bar closes at ``total``."""
+    make = _points_bar(enabled)
+    if make is None:
+        return None
+    bar = make(total)
+
+    def advance(points: int) -> None:
+        bar.update(points)
+        if bar.n >= total:
+            bar.close()
+
+    return advance
 
 
 def sweep(study: Study | str | Path, *, progress: bool | None = None,
@@ -81,11 +97,13 @@ def sweep_to_file(study: Study | str | Path, out: str | Path | None = None, *,
                   ) -> tuple[xr.Dataset, Path]:
     """:func:`sweep` into ``out`` (default: the study's output path), atomically.
 
-    Streamed (chunk by chunk, resumable with ``resume=True``, on ``workers`` local
-    processes or a dask ``scheduler``) when the study reduces, writes zarr, or asks
-    for resume, workers or a scheduler; otherwise evaluated in memory and written
-    once. Either way ``out`` appears only when complete. Returns the Dataset (lazily
-    backed by the file for a streamed full grid) and the path.
+    Streamed through a zarr store (chunk by chunk, resumable with ``resume=True``, on
+    ``workers`` local processes or a dask ``scheduler``) when the study writes zarr or
+    asks for resume, workers or a scheduler; a reduction streams into its reduced
+    Dataset; otherwise the chunks are written straight into the netCDF file as they
+    are evaluated (:func:`dse.lazy.write_netcdf`: bounded memory, evaluation overlapping
+    the write). Either way ``out`` appears only when complete. Returns the Dataset
+    (lazily backed by the file for a full grid) and the path.
     """
     from . import engine
 
@@ -108,6 +126,8 @@ def sweep_to_file(study: Study | str | Path, out: str | Path | None = None, *,
         partial = engine.write_grid(study, path, resume=resume, scheduler=scheduler,
                                     workers=workers, progress=_points_bar(progress))
         return engine.finish_store(partial, path, study.output.compress), path
-    ds = sweep(study, progress=progress)
-    write_dataset(ds, path, compress=study.output.compress)
+    write_netcdf(study, path, compress=study.output.compress,
+                 progress=_points_callback(progress, study.size))
+    ds = xr.open_dataset(path, engine="h5netcdf")
+    ds.attrs["evaluation_s"] = time.perf_counter() - start
     return ds, path

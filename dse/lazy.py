@@ -1,0 +1,196 @@
+"""A study's grid as a Dataset of dask arrays: one task per chunk, evaluated ahead.
+
+Writing a netCDF file is three costs in a row when done plainly: evaluate the whole
+grid into fresh memory, lay out the file's metadata (h5netcdf: ~0.3 s for a study's
+few dozen variables and coordinates), copy the arrays into the page cache. Here the
+grid stays in chunks and the costs overlap: JAX dispatch is asynchronous, so the
+evaluator computes the next ``ahead`` chunks on its own threads while this thread
+writes the metadata and then each finished chunk. Memory stays bounded by the chunks
+in flight, so a ``.nc`` output may be larger than memory.
+
+Each output is a dask array whose blocks are the regions the grid's chunks own
+(:func:`dse.grid.chunk_pieces`); every block of one chunk comes from one evaluation.
+The write runs on dask's synchronous scheduler: the overlap comes from XLA's threads,
+and the dispatcher below is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import operator
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from . import grid
+from .evaluate import evaluate
+from .outputs import OUTPUTS
+from .study import Study
+
+AHEAD = 2  # chunks dispatched beyond the one being written
+
+
+class Dispatcher:
+    """Chunk evaluations dispatched ahead of their consumer; ``get(i)`` returns chunk
+    ``i``'s pieces ``{name: array}`` (the regions it owns) and keeps ``ahead`` more
+    chunks computing. ``progress(points)`` is called as each chunk is handed over."""
+
+    def __init__(self, study: Study, names, deps, chunks, ahead: int = AHEAD, progress=None):
+        self.study, self.names, self.deps, self.chunks = study, names, deps, chunks
+        self.ahead, self.progress = ahead, progress
+        self.tables = grid.tables(study)
+        self.extra = {n: len(OUTPUTS[study.mode][n].dims) for n in names}
+        self.futures: dict[int, dict] = {}
+        self.next = 0
+        inner = [int(np.prod(study.shape[c.axis + 1:])) for c in chunks]
+        self.points = [(c.stop - c.start) * n for c, n in zip(chunks, inner)]
+
+    def _dispatch(self, i: int) -> None:
+        with jax.enable_x64(self.study.dtype == "float64"):
+            self.futures[i] = evaluate(grid.chunk_point(self.study, self.chunks[i]),
+                                       *self.tables, self.study.mode, self.names,
+                                       self.study.features)
+
+    def start(self) -> "Dispatcher":
+        """Dispatch the first chunks (call before slow work such as file metadata)."""
+        while self.next < min(len(self.chunks), self.ahead + 1):
+            self._dispatch(self.next)
+            self.next += 1
+        return self
+
+    def get(self, i: int) -> dict[str, np.ndarray]:
+        while self.next < min(len(self.chunks), i + 1 + self.ahead):
+            if self.next not in self.futures:
+                self._dispatch(self.next)
+            self.next += 1
+        if i not in self.futures:  # asked out of order, or again
+            self._dispatch(i)
+        out = self.futures.pop(i)
+        with jax.enable_x64(self.study.dtype == "float64"):
+            pieces = {name: array for name, _, array, first in
+                      grid.chunk_pieces(self.study, self.chunks[i], out, self.extra, self.deps)
+                      if first}
+        if self.progress is not None:
+            self.progress(self.points[i])
+        return pieces
+
+
+def lazy_arrays(study: Study, names=None, ahead: int = AHEAD, progress=None):
+    """The study's grid as dask arrays: ``(arrays, deps, dispatcher, owned)``.
+
+    ``arrays[name]`` spans the output's own axes and its dependency dims, one block per
+    region a chunk owns; ``owned[i]`` lists chunk ``i``'s ``(name, block index)``.
+    Every block of one chunk is computed by one evaluation (``dispatcher.get(i)``).
+    """
+    import dask.array as da
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+
+    names = tuple(names or study.variables)
+    chunks = grid.plan(study.shape, grid.chunk_budget(study))
+    deps = grid.dependencies(study, names)
+    dispatcher = Dispatcher(study, names, deps, chunks, ahead, progress)
+    models, hardware = dispatcher.tables
+    with jax.enable_x64(study.dtype == "float64"):
+        shapes = jax.eval_shape(lambda p: evaluate(p, models, hardware, study.mode, names,
+                                                   study.features),
+                                grid.chunk_point(study, chunks[0]))
+    dims = [a.name for a in study.dims]
+    sizes = dict(zip(dims, study.shape))
+    axis, length = chunks[0].axis, chunks[0].length
+    token = tokenize(study.text, study.file, names, study.output.chunk_points)
+    chunk_layer = f"dse-chunk-{token}"
+    layers = {chunk_layer: {(chunk_layer, i): (dispatcher.get, i) for i in range(len(chunks))}}
+    owned: list[list[tuple[str, tuple[int, ...]]]] = [[] for _ in chunks]
+    arrays = {}
+    for name in names:
+        n_extra = dispatcher.extra[name]
+        lead = shapes[name].shape[:n_extra]
+        kept = [dims.index(d) for d in deps[name]]
+        blocks = tuple((n,) for n in lead) + tuple(
+            (1,) * sizes[dims[g]] if g < axis
+            else tuple(min(length, sizes[dims[g]] - s) for s in range(0, sizes[dims[g]], length))
+            if g == axis else (sizes[dims[g]],)
+            for g in kept)
+        layer_name = f"dse-{name}-{token}"
+        layer = {}
+        for i, c in enumerate(chunks):
+            if any(g < c.axis and c.outer[g] != 0 or g == c.axis and c.start
+                   for g in range(len(dims)) if g not in kept):
+                continue  # an earlier chunk owns this output's region
+            index = (0,) * n_extra + tuple(c.outer[g] if g < c.axis else c.start // length
+                                           if g == c.axis else 0 for g in kept)
+            layer[(layer_name, *index)] = (operator.getitem, (chunk_layer, i), name)
+            owned[i].append((name, index))
+        layers[layer_name] = layer
+        arrays[name] = (layer_name, blocks, shapes[name].dtype)
+    # each array's own graph (its layer and the shared chunk layer)
+    out = {n: da.Array(HighLevelGraph({chunk_layer: layers[chunk_layer], key: layers[key]},
+                                      {chunk_layer: set(), key: {chunk_layer}}),
+                       key, blocks, dtype=dtype)
+           for n, (key, blocks, dtype) in arrays.items()}
+    return out, deps, dispatcher, owned
+
+
+class _Queue:
+    """The writer protocol of ``Dataset.dump_to_store``: in-memory variables
+    (coordinates) are written at once, dask-backed ones are kept for :func:`write_netcdf`."""
+
+    def __init__(self):
+        self.lazy = []
+
+    def add(self, source, target, region=None):
+        if hasattr(source, "dask"):
+            self.lazy.append((source, target))
+        else:
+            target[region or ...] = source
+
+
+def write_netcdf(study: Study, path: str | Path, compress: bool = False, progress=None
+                 ) -> Path:
+    """Evaluate the grid into a netCDF file chunk by chunk, atomically (as
+    :func:`dse.io.write_dataset`): xarray lays out the file (encoding, coordinates,
+    attributes) from the lazy Dataset, then each chunk's blocks go into place in grid
+    order while the evaluator computes the next ones."""
+    from dask.highlevelgraph import HighLevelGraph
+    from dask.local import get_sync
+    from xarray.backends import H5NetCDFStore
+
+    from .dataset import to_dataset
+    from .io import atomic_path, netcdf_encoding
+
+    arrays, deps, dispatcher, owned = lazy_arrays(study, progress=progress)
+    ds = to_dataset(study, arrays, deps)
+    layer_of = {arrays[n].name: n for n in arrays}
+    dispatcher.start()  # the first chunks compute while the metadata is written
+    with atomic_path(path) as tmp:
+        store = H5NetCDFStore.open(tmp, mode="w")
+        try:
+            queue = _Queue()
+            ds.dump_to_store(store, writer=queue, encoding=netcdf_encoding(ds, compress))
+            # the encoded variable (e.g. bool -> int8) still depends on its output's layer
+            targets = {}
+            for source, target in queue.lazy:
+                (name,) = [layer_of[k] for k in source.dask.layers if k in layer_of]
+                assert source.chunks == arrays[name].chunks, name
+                targets[name] = source, target
+            graph = HighLevelGraph.merge(*[s.__dask_graph__() for s, _ in targets.values()])
+            for pieces in owned:
+                # the blocks as they are (dask's compute would copy each)
+                keys = [(targets[n][0].name, *b) for n, b in pieces]
+                blocks = get_sync(graph.cull(set(keys)), keys)
+                for (name, index), block in zip(pieces, blocks):
+                    source, target = targets[name]
+                    target[_region(source.chunks, index)] = block
+        finally:
+            store.close()
+    return Path(path)
+
+
+def _region(chunks, index) -> tuple[slice, ...]:
+    """Where block ``index`` of an array chunked as ``chunks`` lies."""
+    out = []
+    for sizes, k in zip(chunks, index):
+        start = sum(sizes[:k])
+        out.append(slice(start, start + sizes[k]))
+    return tuple(out)
