@@ -21,6 +21,7 @@ import hashlib
 import logging
 import os
 import pickle
+import threading
 from pathlib import Path
 
 import jax
@@ -85,13 +86,21 @@ def _pin_to_core() -> None:
 
 def reduce_task(study, spec, index: int) -> dict:
     """Reduce chunk ``index``: small numpy arrays over the chunk's ``by`` sub-block."""
-    from .reduce import histogram_counts
+    return _reduce_finish(study, spec, index, _reduce_start(study, spec, index))
 
+
+def _reduce_start(study, spec, index: int) -> dict:
     prep = _prepared(study, "reduce", spec)
     chunk = prep["chunks"][index]
     with jax.enable_x64(study.dtype == "float64"):
-        part = prep["fn"](grid.chunk_point(study, chunk), np.int32(chunk.stop - chunk.start),
+        return prep["fn"](grid.chunk_point(study, chunk), np.int32(chunk.stop - chunk.start),
                           *prep["tables"])
+
+
+def _reduce_finish(study, spec, index: int, part: dict) -> dict:
+    from .reduce import histogram_counts
+
+    with jax.enable_x64(study.dtype == "float64"):
         part = {k: np.asarray(v) for k, v in part.items()}
     if "bin" in part:
         part["histogram"] = histogram_counts(part["best"].shape, spec.histogram.bins + 2,
@@ -102,22 +111,55 @@ def reduce_task(study, spec, index: int) -> dict:
 def write_task(study, store: str, done_dir: str, names: tuple[str, ...], deps: dict,
                index: int) -> int:
     """Evaluate chunk ``index``, write the regions it owns into ``store``, mark it done."""
-    import zarr
+    out = _write_start(study, store, done_dir, names, deps, index)
+    return _write_finish(study, store, done_dir, names, deps, index, out)
 
+
+def _write_start(study, store, done_dir, names, deps, index: int) -> dict:
     from .evaluate import evaluate
 
     prep = _prepared(study, "write")
-    chunk = prep["chunks"][index]
+    with jax.enable_x64(study.dtype == "float64"):
+        return evaluate(grid.chunk_point(study, prep["chunks"][index]), *prep["tables"],
+                        study.mode, names, study.features)
+
+
+def _write_finish(study, store, done_dir, names, deps, index: int, out: dict) -> int:
+    import zarr
+
+    chunk = _prepared(study, "write")["chunks"][index]
     extra = {n: len(OUTPUTS[study.mode][n].dims) for n in names}
     with jax.enable_x64(study.dtype == "float64"):
-        out = evaluate(grid.chunk_point(study, chunk), *prep["tables"], study.mode, names,
-                       study.features)
         group = zarr.open_group(store, mode="r+", zarr_format=2)
         for name, target, array, first in grid.chunk_pieces(study, chunk, out, extra, deps):
             if first:
                 group[name][target] = array
     Partial.mark_in(Path(done_dir), index)
     return index
+
+
+# A task's two halves: dispatching the chunk's evaluation returns at once (JAX dispatch
+# is asynchronous), so the next chunk computes while this one's host work (copying
+# results out, histogram counts, writing the store, markers) runs.
+STAGES = {reduce_task: (_reduce_start, _reduce_finish), write_task: (_write_start, _write_finish)}
+
+
+def pipelined(fn, args, indices):
+    """``(i, fn(*args, i))`` for each index in order, each chunk dispatched before the
+    previous one's host work (for the tasks in :data:`STAGES`; others run plainly)."""
+    if fn not in STAGES:
+        for i in indices:
+            yield i, fn(*args, i)
+        return
+    start, finish = STAGES[fn]
+    pending = None
+    for i in indices:
+        handle = start(*args, i)
+        if pending is not None:
+            yield pending[0], finish(*args, *pending)
+        pending = i, handle
+    if pending is not None:
+        yield pending[0], finish(*args, *pending)
 
 
 # --- client side ----------------------------------------------------------------------
@@ -196,8 +238,8 @@ class Runner:
         if not indices:
             return
         if self.client is None:
-            for i in indices:
-                on_done(i, fn(*args, i))
+            for i, result in pipelined(fn, args, indices):
+                on_done(i, result)
                 if progress:
                     progress.update(i)
             return
@@ -229,7 +271,7 @@ TASKS_PER_WORKER = 16
 def _run_batch(fn, *args):
     """Worker side of :meth:`Runner.run`: ``fn`` over a run of chunk indices."""
     *args, batch = args
-    return [(i, fn(*args, i)) for i in batch]
+    return list(pipelined(fn, args, batch))
 
 
 def _version() -> str:
@@ -263,7 +305,7 @@ def reduce_grid(study, *, target: Path | None = None, resume: bool = False,
 
 
 def _reduce(study, spec, chunks, runner: Runner, target, resume, progress) -> xr.Dataset:
-    from .reduce import Accumulator
+    from .reduce import Accumulator, warm_best
 
     partial = Partial(target) if target is not None else None
     done = partial.open(fingerprint(study, "reduce", len(chunks), repr(spec)), resume) \
@@ -278,7 +320,13 @@ def _reduce(study, spec, chunks, runner: Runner, target, resume, progress) -> xr
             acc.add(chunks[state["next"]], pending.pop(state["next"]))
             state["next"] += 1
 
+    # the best-point evaluation compiles in a thread once the chunk kernel is running
+    # (tracing both at once would only contend for the interpreter)
+    warm = threading.Thread(target=_quietly, args=(warm_best, study, spec), daemon=True)
+
     def on_done(i, part):
+        if not warm.is_alive() and warm.ident is None:
+            warm.start()
         if partial:
             partial.mark(i, part)
         fold(i, part)
@@ -291,8 +339,18 @@ def _reduce(study, spec, chunks, runner: Runner, target, resume, progress) -> xr
                    on_done, progress=bar)
     finally:
         bar.close()
+        if warm.ident is not None:
+            warm.join()
     assert state["next"] == len(chunks), "every chunk is folded"
     return acc.finish()
+
+
+def _quietly(fn, *args) -> None:
+    """A warm-up: its failure costs only time (the real call reports any error)."""
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def write_grid(study, target: Path, *, resume: bool = False, scheduler: str | None = None,
