@@ -8,17 +8,21 @@ grids of configurations; results are labelled xarray Datasets.
     >>> ds.throughput_tok_s.where(ds.valid).max()          # doctest: +SKIP
 """
 
-from ._version import __version__
-from .catalogue import load_hardware, load_model
-from .errors import InputError
-from .evaluate import evaluate
-from .io import write_dataset
-from .knobs import InferencePoint
-from .report import plot, report
-from .search import SearchResult, search
-from .sensitivity import sensitivity
-from .study import Study, load_study, parse_study
-from .sweep import sweep, sweep_to_file
+from . import devices as _devices
+
+_devices.request()  # before JAX starts: one XLA host device per core (dse.devices)
+
+from ._version import __version__  # noqa: E402
+from .catalogue import load_hardware, load_model  # noqa: E402
+from .errors import InputError  # noqa: E402
+from .evaluate import evaluate  # noqa: E402
+from .io import write_dataset  # noqa: E402
+from .knobs import InferencePoint  # noqa: E402
+from .report import plot, report  # noqa: E402
+from .search import SearchResult, search  # noqa: E402
+from .sensitivity import sensitivity  # noqa: E402
+from .study import Study, load_study, parse_study  # noqa: E402
+from .sweep import sweep, sweep_to_file  # noqa: E402
 
 __all__ = [
     "__version__", "InferencePoint", "InputError", "SearchResult", "Study", "evaluate",

@@ -17,11 +17,13 @@ must then be on storage every worker sees).
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import logging
 import os
 import pickle
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import jax
@@ -29,13 +31,14 @@ import numpy as np
 import xarray as xr
 
 from . import grid
+from .devices import host_devices
 from .errors import InputError
 from .outputs import OUTPUTS
 from .store import Partial, fingerprint
 
-# Below these sizes (points x evaluations per point) a local cluster's start-up and
-# per-worker compilation (~5 s) costs more than the second core saves.
-AUTO_WORKERS_MIN_POINTS = {"reduce": 4e8, "write": 6e7}
+# Below this size a second host device's own compilation (~3 s without the on-disk
+# cache) costs more than its core saves; smaller sweeps run on one device.
+MULTI_DEVICE_MIN_POINTS = 2e8
 
 
 # --- worker side ----------------------------------------------------------------------
@@ -43,9 +46,16 @@ AUTO_WORKERS_MIN_POINTS = {"reduce": 4e8, "write": 6e7}
 _PREPARED: dict[str, dict] = {}
 
 
+_LAST: list = [None, None]  # (study, kind, spec) objects last seen, and their key
+
+
 def _prepared(study, kind: str, spec=None) -> dict:
     """Per-process cache: the study's tables, chunk plan and compiled chunk function."""
-    key = hashlib.sha256(pickle.dumps((study, kind, spec))).hexdigest()
+    if _LAST[0] is not None and all(a is b for a, b in zip(_LAST[0], (study, kind, spec))):
+        key = _LAST[1]  # the same objects as the last call (every chunk of a batch)
+    else:
+        key = hashlib.sha256(pickle.dumps((study, kind, spec))).hexdigest()
+        _LAST[:] = [(study, kind, spec), key]
     if key not in _PREPARED:
         from .evaluate import enable_compilation_cache
 
@@ -89,12 +99,27 @@ def reduce_task(study, spec, index: int) -> dict:
     return _reduce_finish(study, spec, index, _reduce_start(study, spec, index))
 
 
-def _reduce_start(study, spec, index: int) -> dict:
+def _reduce_start(study, spec, index: int, device=None) -> dict:
     prep = _prepared(study, "reduce", spec)
     chunk = prep["chunks"][index]
     with jax.enable_x64(study.dtype == "float64"):
-        return prep["fn"](grid.chunk_point(study, chunk), np.int32(chunk.stop - chunk.start),
-                          *prep["tables"])
+        point, tables = _placed(prep, grid.chunk_point(study, chunk), device)
+        return prep["fn"](point, _put(np.int32(chunk.stop - chunk.start), device), *tables)
+
+
+def _placed(prep: dict, point, device):
+    """A chunk's point and the study's tables on ``device`` (None: JAX's default);
+    the jitted function runs where its inputs are."""
+    if device is None:
+        return point, prep["tables"]
+    on = prep.setdefault("tables_on", {})
+    if device not in on:
+        on[device] = jax.device_put(prep["tables"], device)
+    return jax.device_put(point, device), on[device]
+
+
+def _put(x, device):
+    return x if device is None else jax.device_put(x, device)
 
 
 def _reduce_finish(study, spec, index: int, part: dict) -> dict:
@@ -115,13 +140,13 @@ def write_task(study, store: str, done_dir: str, names: tuple[str, ...], deps: d
     return _write_finish(study, store, done_dir, names, deps, index, out)
 
 
-def _write_start(study, store, done_dir, names, deps, index: int) -> dict:
+def _write_start(study, store, done_dir, names, deps, index: int, device=None) -> dict:
     from .evaluate import evaluate
 
     prep = _prepared(study, "write")
     with jax.enable_x64(study.dtype == "float64"):
-        return evaluate(grid.chunk_point(study, prep["chunks"][index]), *prep["tables"],
-                        study.mode, names, study.features)
+        point, tables = _placed(prep, grid.chunk_point(study, prep["chunks"][index]), device)
+        return evaluate(point, *tables, study.mode, names, study.features)
 
 
 def _write_finish(study, store, done_dir, names, deps, index: int, out: dict) -> int:
@@ -139,40 +164,52 @@ def _write_finish(study, store, done_dir, names, deps, index: int, out: dict) ->
 
 
 # A task's two halves: dispatching the chunk's evaluation returns at once (JAX dispatch
-# is asynchronous), so the next chunk computes while this one's host work (copying
+# is asynchronous), so the next chunks compute while this one's host work (copying
 # results out, histogram counts, writing the store, markers) runs.
 STAGES = {reduce_task: (_reduce_start, _reduce_finish), write_task: (_write_start, _write_finish)}
 
 
-def pipelined(fn, args, indices):
-    """``(i, fn(*args, i))`` for each index in order, each chunk dispatched before the
-    previous one's host work (for the tasks in :data:`STAGES`; others run plainly)."""
+def pipelined(fn, args, indices, devices=None):
+    """``(i, fn(*args, i))`` for each index, in order. For the tasks in :data:`STAGES`
+    the chunks are dispatched round-robin over ``devices`` (XLA host devices, one per
+    core: :mod:`dse.devices`), one chunk in flight per device while the oldest one's
+    host work runs; other functions run plainly."""
     if fn not in STAGES:
         for i in indices:
             yield i, fn(*args, i)
         return
     start, finish = STAGES[fn]
-    pending = None
-    for i in indices:
-        handle = start(*args, i)
-        if pending is not None:
-            yield pending[0], finish(*args, *pending)
-        pending = i, handle
-    if pending is not None:
-        yield pending[0], finish(*args, *pending)
+    devices = list(devices) if devices and len(devices) > 1 else [None]
+    pending = collections.deque()
+    for k, i in enumerate(indices):
+        pending.append((i, start(*args, i, device=devices[k % len(devices)])))
+        while len(pending) > len(devices):
+            j, handle = pending.popleft()
+            yield j, finish(*args, j, handle)
+    while pending:
+        j, handle = pending.popleft()
+        yield j, finish(*args, j, handle)
 
 
 # --- client side ----------------------------------------------------------------------
 
 def resolve_workers(study, kind: str, workers: int | None, scheduler: str | None) -> int:
-    """How many local worker processes: the study's or caller's choice, else by size."""
+    """How many local worker processes: the caller's or study's number; ``"auto"`` is
+    one, this process, which spreads chunks over one XLA host device per core
+    (:mod:`dse.devices`): as fast as worker processes here or faster, with none of
+    their ~5 s start-up (measured: benchmarks/bench_stream.py)."""
     if scheduler is not None:
         return 0
     choice = workers if workers is not None else study.output.workers
-    if choice != "auto":
-        return int(choice)
-    work = study.size * study.evaluation_width
-    return os.cpu_count() or 1 if work >= AUTO_WORKERS_MIN_POINTS[kind] else 1
+    return 1 if choice == "auto" else int(choice)
+
+
+def local_devices(study) -> list | None:
+    """The host devices this process spreads a streamed sweep over (None: the default
+    device): all of them (:mod:`dse.devices`) once the sweep repays their compilation."""
+    if study.size * study.evaluation_width < MULTI_DEVICE_MIN_POINTS:
+        return None
+    return host_devices()
 
 
 class _Progress:
@@ -200,8 +237,8 @@ class Runner:
     (one thread each), or the dask cluster at ``scheduler``. A context manager: the
     connection is made on entry, before anything is written."""
 
-    def __init__(self, scheduler: str | None = None, workers: int = 1):
-        self.scheduler, self.workers = scheduler, workers
+    def __init__(self, scheduler: str | None = None, workers: int = 1, devices=None):
+        self.scheduler, self.workers, self.devices = scheduler, workers, devices
         self.client = self._cluster = None
 
     def __enter__(self) -> "Runner":
@@ -238,7 +275,7 @@ class Runner:
         if not indices:
             return
         if self.client is None:
-            for i, result in pipelined(fn, args, indices):
+            for i, result in pipelined(fn, args, indices, self.devices):
                 on_done(i, result)
                 if progress:
                     progress.update(i)
@@ -271,7 +308,7 @@ TASKS_PER_WORKER = 16
 def _run_batch(fn, *args):
     """Worker side of :meth:`Runner.run`: ``fn`` over a run of chunk indices."""
     *args, batch = args
-    return list(pipelined(fn, args, batch))
+    return list(pipelined(fn, args, batch, local_devices(args[0])))
 
 
 def _version() -> str:
@@ -299,7 +336,8 @@ def reduce_grid(study, *, target: Path | None = None, resume: bool = False,
     """
     spec = study.output.reduce
     chunks = grid.plan(study.shape, grid.chunk_budget(study))
-    runner = Runner(scheduler, resolve_workers(study, "reduce", workers, scheduler))
+    runner = Runner(scheduler, resolve_workers(study, "reduce", workers, scheduler),
+                    local_devices(study))
     with runner:
         return _reduce(study, spec, chunks, runner, target, resume, progress)
 
@@ -324,11 +362,16 @@ def _reduce(study, spec, chunks, runner: Runner, target, resume, progress) -> xr
     # (tracing both at once would only contend for the interpreter)
     warm = threading.Thread(target=_quietly, args=(warm_best, study, spec), daemon=True)
 
+    # markers are small files written off the main thread (file creation is slow on
+    # some file systems); a marker lost to an interrupt only means a recomputed chunk
+    marker = ThreadPoolExecutor(max_workers=1)
+    marks = []
+
     def on_done(i, part):
         if not warm.is_alive() and warm.ident is None:
             warm.start()
         if partial:
-            partial.mark(i, part)
+            marks.append(marker.submit(partial.mark, i, part))
         fold(i, part)
 
     for i in sorted(done):
@@ -339,8 +382,11 @@ def _reduce(study, spec, chunks, runner: Runner, target, resume, progress) -> xr
                    on_done, progress=bar)
     finally:
         bar.close()
+        marker.shutdown(wait=True)
         if warm.ident is not None:
             warm.join()
+    for mark in marks:
+        mark.result()  # raise a failed write (e.g. a full disk)
     assert state["next"] == len(chunks), "every chunk is folded"
     return acc.finish()
 
@@ -362,7 +408,8 @@ def write_grid(study, target: Path, *, resume: bool = False, scheduler: str | No
     names = tuple(study.variables)
     chunks = grid.plan(study.shape, grid.chunk_budget(study))
     deps = grid.dependencies(study, names)
-    runner = Runner(scheduler, resolve_workers(study, "write", workers, scheduler))
+    runner = Runner(scheduler, resolve_workers(study, "write", workers, scheduler),
+                    local_devices(study))
     with runner:
         return _write(study, names, chunks, deps, runner, target, resume, progress)
 

@@ -36,9 +36,15 @@ class Dispatcher:
     chunks computing. ``progress(points)`` is called as each chunk is handed over."""
 
     def __init__(self, study: Study, names, deps, chunks, ahead: int = AHEAD, progress=None):
+        from .engine import local_devices
+
         self.study, self.names, self.deps, self.chunks = study, names, deps, chunks
-        self.ahead, self.progress = ahead, progress
+        self.progress = progress
         self.tables = grid.tables(study)
+        # big grids: chunks round-robin over the host devices (dse.devices)
+        self.devices = local_devices(study) or [None]
+        self.on = {}
+        self.ahead = max(ahead, len(self.devices))
         self.extra = {n: len(OUTPUTS[study.mode][n].dims) for n in names}
         self.futures: dict[int, dict] = {}
         self.next = 0
@@ -46,9 +52,14 @@ class Dispatcher:
         self.points = [(c.stop - c.start) * n for c, n in zip(chunks, inner)]
 
     def _dispatch(self, i: int) -> None:
+        device = self.devices[i % len(self.devices)]
         with jax.enable_x64(self.study.dtype == "float64"):
-            self.futures[i] = evaluate(grid.chunk_point(self.study, self.chunks[i]),
-                                       *self.tables, self.study.mode, self.names,
+            point, tables = grid.chunk_point(self.study, self.chunks[i]), self.tables
+            if device is not None:
+                if device not in self.on:
+                    self.on[device] = jax.device_put(tables, device)
+                point, tables = jax.device_put(point, device), self.on[device]
+            self.futures[i] = evaluate(point, *tables, self.study.mode, self.names,
                                        self.study.features)
 
     def start(self) -> "Dispatcher":

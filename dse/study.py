@@ -45,7 +45,7 @@ class Output:
     compress: bool
     breakdown: bool = False
     reduce: Any = None  # ReduceSpec: stream the grid into a reduction over these groups
-    workers: int | str = "auto"  # local worker processes for streamed sweeps
+    workers: int | str = "auto"  # local worker processes for streamed sweeps ("auto": this one)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,7 +346,7 @@ def _parse_output(raw: dict, file: str, mode: str, axes: tuple[str, ...] = ()) -
     if workers != "auto" and (isinstance(workers, bool) or not isinstance(workers, int)
                               or workers < 1):
         raise InputError(file, "output.workers", f"value {workers!r} is not valid",
-                         '"auto" (one process per core for big streamed sweeps) or an '
+                         '"auto" (this process, one XLA host device per core) or an '
                          "integer >= 1")
     reduce = None
     if "reduce" in out:

@@ -274,6 +274,51 @@ def test_results_do_not_depend_on_the_process(full, tmp_path):
     _same(full, xr.open_dataset(path).load())
 
 
+MULTI_DEVICE = """
+import sys
+import dse  # first: dse asks XLA for the host devices before JAX starts
+import jax
+from dse import engine
+from dse.study import parse_study
+from dse.sweep import sweep_to_file
+assert len(jax.devices()) == 2, jax.devices()
+engine.MULTI_DEVICE_MIN_POINTS = 0  # the test grid is small
+used, original = set(), engine._placed
+def placed(prep, point, device):
+    used.add(device.id)
+    return original(prep, point, device)
+engine._placed = placed
+grid, reduce, out = sys.argv[1:]
+sweep_to_file(parse_study(grid), out + "/grid.zarr")
+sweep_to_file(parse_study(reduce), out + "/best.nc")
+from dse import lazy
+nc, dispatch = set(), lazy.Dispatcher._dispatch
+def counting(self, i):
+    nc.add(self.devices[i % len(self.devices)].id)
+    return dispatch(self, i)
+lazy.Dispatcher._dispatch = counting
+sweep_to_file(parse_study(grid), out + "/grid.nc")
+print(sorted(used), sorted(nc))
+"""
+
+
+def test_two_host_devices_give_the_same_results(full, tmp_path):
+    """Chunks round-robin over two XLA host devices (dse.devices) in one process: the
+    same grid, netCDF and reduction as one device."""
+    by = '["model", "tp"]'
+    done = subprocess.run(
+        [sys.executable, "-c", MULTI_DEVICE, GRID.format(chunk=97),
+         GRID.format(chunk=97) + REDUCE.format(by=by), str(tmp_path)],
+        capture_output=True, text=True,
+        env={**{k: v for k, v in os.environ.items() if k != "DSE_WORKER"},  # (cluster fixture)
+             "DSE_HOST_DEVICES": "2"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[0, 1] [0, 1]", done.stdout  # both devices ran chunks
+    _same(full, xr.open_zarr(tmp_path / "grid.zarr").load())
+    _same(full, xr.open_dataset(tmp_path / "grid.nc").load())
+    _same(dse.sweep(study(chunk=97, by=by)), xr.open_dataset(tmp_path / "best.nc").load())
+
+
 def test_cli_streams_and_rejects_bad_scale_options(tmp_path):
     toml = tmp_path / "s.toml"
     toml.write_text(GRID.format(chunk=500) + REDUCE.format(by='["hardware"]'))

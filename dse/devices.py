@@ -1,0 +1,55 @@
+"""Every core from one process: one XLA CPU device per core.
+
+XLA:CPU runs an elementwise program like the evaluator on one core, and one device
+runs one program at a time. Asked before JAX starts, XLA makes several host devices
+(``--xla_force_host_platform_device_count``); chunks dispatched round-robin to them
+compute side by side, with no worker processes to start and no second compilation
+cache to fill. ``import dse`` asks for one device per usable core unless JAX is
+already imported, ``XLA_FLAGS`` already sets a count, or ``DSE_HOST_DEVICES`` says
+otherwise (``DSE_HOST_DEVICES=1``: one device, JAX's default; read again at each
+sweep, it also caps how many of the devices a sweep uses).
+
+Local dask worker processes (``--workers``) are pinned to one core each and use one
+device.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+FLAG = "--xla_force_host_platform_device_count"
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def request(count: int | None = None) -> None:
+    """Ask XLA for ``count`` host devices (default: ``$DSE_HOST_DEVICES`` or one per
+    usable core). Does nothing once JAX is imported or if ``XLA_FLAGS`` sets a count."""
+    if "jax" in sys.modules or FLAG in os.environ.get("XLA_FLAGS", ""):
+        return
+    if count is None:
+        count = _env_count() or usable_cores()
+    if count > 1:
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FLAG}={count}".strip()
+
+
+def _env_count() -> int | None:
+    env = os.environ.get("DSE_HOST_DEVICES", "").strip()
+    return int(env) if env.isdigit() and int(env) > 0 else None
+
+
+def host_devices() -> list:
+    """The CPU devices chunks are spread over: all of them, at most
+    ``$DSE_HOST_DEVICES`` (read at each call), one in a pinned worker process."""
+    import jax
+
+    devices = jax.local_devices(backend="cpu")
+    if os.environ.get("DSE_WORKER") == "1":
+        return devices[:1]
+    return devices[:_env_count() or len(devices)]
