@@ -126,8 +126,7 @@ def sweep_to_file(study: Study | str | Path, out: str | Path | None = None, *,
         partial = engine.write_grid(study, path, resume=resume, scheduler=scheduler,
                                     workers=workers, progress=_points_bar(progress))
         return engine.finish_store(partial, path, study.output.compress), path
-    write_netcdf(study, path, compress=study.output.compress,
-                 progress=_points_callback(progress, study.size))
-    ds = xr.open_dataset(path, engine="h5netcdf")
+    ds = write_netcdf(study, path, compress=study.output.compress,
+                      progress=_points_callback(progress, study.size))
     ds.attrs["evaluation_s"] = time.perf_counter() - start
     return ds, path

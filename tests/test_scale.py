@@ -145,6 +145,7 @@ def test_netcdf_written_chunk_by_chunk_equals_in_memory(full, tmp_path, monkeypa
     assert len(in_flight) == n_chunks  # every chunk evaluated exactly once
     assert max(in_flight) <= lazy.AHEAD + 1
     _same(full, xr.open_dataset(path, engine="h5netcdf").load())
+    _same(full, ds.load())  # the returned Dataset: data read back from the file
     assert ds["throughput_tok_s"].attrs["units"] == "tokens/s"
 
 
