@@ -21,8 +21,16 @@ STUDIES = ROOT / "studies"
 
 @pytest.fixture(autouse=True, scope="session")
 def _compilation_cache(tmp_path_factory):
-    # The CLI keeps compiled evaluators on disk; in tests, away from the user's cache.
-    os.environ["DSE_CACHE_DIR"] = str(tmp_path_factory.mktemp("jax-cache"))
+    # The CLI keeps compiled evaluators on disk; in tests, away from the user's cache,
+    # one cache for the whole run: both xdist workers and every CLI subprocess reuse
+    # what any of them compiled (the same study compiled twice gives the same program).
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "jax-cache"
+    path.mkdir(exist_ok=True)
+    os.environ["DSE_CACHE_DIR"] = str(path)
+    from dse.evaluate import enable_compilation_cache
+
+    enable_compilation_cache(path)
 
 
 class Shared:
