@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 import numpy as np
@@ -325,13 +326,20 @@ def main(argv: list[str] | None = None) -> int:
 
         enable_compilation_cache()
     try:
-        return args.run(args)
+        code = args.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return code
     except InputError as err:
         print(f"dse: error: {err}", file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:
         print("dse: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (``dse validate ... | head``): exit quietly, as cat does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -182,6 +182,21 @@ def test_cli_validate_prints_tables_and_lists_unexpressible_rows(tmp_path, capsy
     assert (tmp_path / "out" / "validate.png").stat().st_size > 10_000
 
 
+def test_cli_exits_quietly_into_a_closed_pipe(tmp_path, monkeypatch):
+    """``dse validate ... | head``: the reader is gone; exit 141 (as cat), no traceback."""
+    import io
+    import os
+
+    path = tmp_path / "rows.csv"
+    path.write_text("\n".join(DATA.read_text().splitlines()[:20]) + "\n")
+    read, write = os.pipe()
+    os.close(read)
+    stdout = io.TextIOWrapper(os.fdopen(write, "wb"), write_through=False)
+    monkeypatch.setattr("sys.stdout", stdout)
+    assert main(["validate", str(path), "--no-holdout", "--json",
+                 "-o", str(tmp_path / "out")]) == 141
+
+
 def test_cli_validate_public_with_holdouts(tmp_path, capsys):
     assert main(["validate", str(DATA), "--json", "-o", str(tmp_path)]) == 0
     import json
