@@ -3,8 +3,8 @@
 XLA:CPU runs an elementwise program like the evaluator on one core, and one device
 runs one program at a time. Asked before JAX starts, XLA makes several host devices
 (``--xla_force_host_platform_device_count``); chunks dispatched round-robin to them
-compute side by side, with no worker processes to start and no second compilation
-cache to fill. ``import dse`` asks for one device per usable core unless JAX is
+compute side by side, with no worker processes to start (each device compiles its
+own copy of the program, a load from the on-disk cache after the first run). ``import dse`` asks for one device per usable core unless JAX is
 already imported, ``XLA_FLAGS`` already sets a count, or ``DSE_HOST_DEVICES`` says
 otherwise (``DSE_HOST_DEVICES=1``: one device, JAX's default; read again at each
 sweep, it also caps how many of the devices a sweep uses).
@@ -19,6 +19,9 @@ import os
 import sys
 
 FLAG = "--xla_force_host_platform_device_count"
+# Below this size (points x evaluations per point) a second host device's own
+# compilation (~3 s without the on-disk cache) costs more than its core saves.
+MULTI_DEVICE_MIN_POINTS = 2e8
 
 
 def usable_cores() -> int:
@@ -53,3 +56,25 @@ def host_devices() -> list:
     if os.environ.get("DSE_WORKER") == "1":
         return devices[:1]
     return devices[:_env_count() or len(devices)]
+
+
+def local_devices(study) -> list | None:
+    """The host devices a streamed sweep spreads its chunks over (None: the default
+    device): all of them once the sweep repays their compilation."""
+    if study.size * study.evaluation_width < MULTI_DEVICE_MIN_POINTS:
+        return None
+    return host_devices()
+
+
+def placed(point, prep: dict, device):
+    """A chunk's point and the tables ``prep["tables"]`` on ``device`` (None: as they
+    are); the tables are copied once per device (kept in ``prep``). A jitted function
+    runs where its inputs are."""
+    if device is None:
+        return point, prep["tables"]
+    import jax
+
+    on = prep.setdefault("tables_on", {})
+    if device not in on:
+        on[device] = jax.device_put(prep["tables"], device)
+    return jax.device_put(point, device), on[device]

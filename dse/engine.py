@@ -31,15 +31,10 @@ import numpy as np
 import xarray as xr
 
 from . import grid
-from .devices import host_devices
+from .devices import local_devices, placed
 from .errors import InputError
 from .outputs import OUTPUTS
 from .store import Partial, fingerprint
-
-# Below this size a second host device's own compilation (~3 s without the on-disk
-# cache) costs more than its core saves; smaller sweeps run on one device.
-MULTI_DEVICE_MIN_POINTS = 2e8
-
 
 # --- worker side ----------------------------------------------------------------------
 
@@ -103,23 +98,10 @@ def _reduce_start(study, spec, index: int, device=None) -> dict:
     prep = _prepared(study, "reduce", spec)
     chunk = prep["chunks"][index]
     with jax.enable_x64(study.dtype == "float64"):
-        point, tables = _placed(prep, grid.chunk_point(study, chunk), device)
-        return prep["fn"](point, _put(np.int32(chunk.stop - chunk.start), device), *tables)
-
-
-def _placed(prep: dict, point, device):
-    """A chunk's point and the study's tables on ``device`` (None: JAX's default);
-    the jitted function runs where its inputs are."""
-    if device is None:
-        return point, prep["tables"]
-    on = prep.setdefault("tables_on", {})
-    if device not in on:
-        on[device] = jax.device_put(prep["tables"], device)
-    return jax.device_put(point, device), on[device]
-
-
-def _put(x, device):
-    return x if device is None else jax.device_put(x, device)
+        point, tables = placed(grid.chunk_point(study, chunk), prep, device)
+        n_real = np.int32(chunk.stop - chunk.start)
+        return prep["fn"](point, n_real if device is None else jax.device_put(n_real, device),
+                          *tables)
 
 
 def _reduce_finish(study, spec, index: int, part: dict) -> dict:
@@ -145,7 +127,7 @@ def _write_start(study, store, done_dir, names, deps, index: int, device=None) -
 
     prep = _prepared(study, "write")
     with jax.enable_x64(study.dtype == "float64"):
-        point, tables = _placed(prep, grid.chunk_point(study, prep["chunks"][index]), device)
+        point, tables = placed(grid.chunk_point(study, prep["chunks"][index]), prep, device)
         return evaluate(point, *tables, study.mode, names, study.features)
 
 
@@ -202,14 +184,6 @@ def resolve_workers(study, kind: str, workers: int | None, scheduler: str | None
         return 0
     choice = workers if workers is not None else study.output.workers
     return 1 if choice == "auto" else int(choice)
-
-
-def local_devices(study) -> list | None:
-    """The host devices this process spreads a streamed sweep over (None: the default
-    device): all of them (:mod:`dse.devices`) once the sweep repays their compilation."""
-    if study.size * study.evaluation_width < MULTI_DEVICE_MIN_POINTS:
-        return None
-    return host_devices()
 
 
 class _Progress:
@@ -368,7 +342,7 @@ def _reduce(study, spec, chunks, runner: Runner, target, resume, progress) -> xr
     marks = []
 
     def on_done(i, part):
-        if not warm.is_alive() and warm.ident is None:
+        if warm.ident is None:  # not started yet
             warm.start()
         if partial:
             marks.append(marker.submit(partial.mark, i, part))
@@ -445,17 +419,12 @@ def create_store(study, path: Path, names, deps, chunks) -> None:
     with jax.enable_x64(study.dtype == "float64"):
         shapes = jax.eval_shape(lambda p: evaluate(p, models, hardware, study.mode, names,
                                                    study.features), point)
-    sizes = dict(zip([a.name for a in study.dims], study.shape))
-    dims = list(sizes)
-    axis, length = chunks[0].axis, chunks[0].length
     arrays, encoding = {}, {}
     for name in names:
         n_extra = len(OUTPUTS[study.mode][name].dims)
         lead = shapes[name].shape[:n_extra]
         shape = grid.output_shape(study, deps[name], lead)
-        zchunks = tuple(lead) + tuple(
-            1 if dims.index(d) < axis else length if dims.index(d) == axis else sizes[d]
-            for d in deps[name])
+        zchunks = grid.block_shape(study, deps[name], lead, chunks[0])
         arrays[name] = da.empty(shape, dtype=shapes[name].dtype, chunks=zchunks)
         encoding[name] = {"chunks": zchunks}
         if not study.output.compress:

@@ -215,10 +215,27 @@ def chunk_pieces(study: Study, chunk: Chunk, out: dict, extra: dict[str, int],
         keep = [i for i, d in enumerate(dims) if d in deps[name]]
         array = array.reshape(lead + tuple(grid_shape[i] for i in keep))
         target, source = chunk_region(chunk, keep)
-        first = not any(i < chunk.axis and chunk.outer[i] != 0 or i == chunk.axis and chunk.start
-                        for i in range(len(dims)) if i not in keep)
         everything = (slice(None),) * n_extra
-        yield name, everything + target, array[everything + source], first
+        yield name, everything + target, array[everything + source], owns(chunk, keep)
+
+
+def owns(chunk: Chunk, axes) -> bool:
+    """Whether ``chunk`` is the first to cover the region of an output that varies
+    along ``axes`` only (grid axis indices): chunks that differ from it along any
+    other axis repeat its values."""
+    return not any(i < chunk.axis and chunk.outer[i] != 0 or i == chunk.axis and chunk.start
+                   for i in range(len(chunk.outer) + 1) if i not in axes)
+
+
+def block_shape(study: Study, deps: tuple[str, ...], lead, chunk: Chunk) -> tuple[int, ...]:
+    """The shape of the block one chunk owns of an output over ``deps`` (zarr chunks of
+    a streamed store, dask blocks of a lazy Dataset): one index on the axes before the
+    chunk's block axis, the block on it, everything after."""
+    dims = [a.name for a in study.dims]
+    sizes = dict(zip(dims, study.shape))
+    return tuple(lead) + tuple(
+        1 if dims.index(d) < chunk.axis else chunk.length if dims.index(d) == chunk.axis
+        else sizes[d] for d in deps)
 
 
 def chunk_region(chunk: Chunk, axes) -> tuple[tuple[slice, ...], tuple[slice, ...]]:

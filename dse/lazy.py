@@ -24,6 +24,7 @@ import numpy as np
 import xarray as xr
 
 from . import grid
+from .devices import local_devices, placed
 from .evaluate import evaluate
 from .outputs import OUTPUTS
 from .study import Study
@@ -37,14 +38,11 @@ class Dispatcher:
     chunks computing. ``progress(points)`` is called as each chunk is handed over."""
 
     def __init__(self, study: Study, names, deps, chunks, ahead: int = AHEAD, progress=None):
-        from .engine import local_devices
-
         self.study, self.names, self.deps, self.chunks = study, names, deps, chunks
         self.progress = progress
-        self.tables = grid.tables(study)
+        self.prep = {"tables": grid.tables(study)}
         # big grids: chunks round-robin over the host devices (dse.devices)
         self.devices = local_devices(study) or [None]
-        self.on = {}
         self.ahead = max(ahead, len(self.devices))
         self.extra = {n: len(OUTPUTS[study.mode][n].dims) for n in names}
         self.futures: dict[int, dict] = {}
@@ -53,28 +51,26 @@ class Dispatcher:
         self.points = [(c.stop - c.start) * n for c, n in zip(chunks, inner)]
 
     def _dispatch(self, i: int) -> None:
-        device = self.devices[i % len(self.devices)]
         with jax.enable_x64(self.study.dtype == "float64"):
-            point, tables = grid.chunk_point(self.study, self.chunks[i]), self.tables
-            if device is not None:
-                if device not in self.on:
-                    self.on[device] = jax.device_put(tables, device)
-                point, tables = jax.device_put(point, device), self.on[device]
+            point, tables = placed(grid.chunk_point(self.study, self.chunks[i]), self.prep,
+                                   self.devices[i % len(self.devices)])
             self.futures[i] = evaluate(point, *tables, self.study.mode, self.names,
                                        self.study.features)
 
-    def start(self) -> "Dispatcher":
-        """Dispatch the first chunks (call before slow work such as file metadata)."""
-        while self.next < min(len(self.chunks), self.ahead + 1):
-            self._dispatch(self.next)
-            self.next += 1
-        return self
-
-    def get(self, i: int) -> dict[str, np.ndarray]:
-        while self.next < min(len(self.chunks), i + 1 + self.ahead):
+    def _fill(self, stop: int) -> None:
+        """Dispatch every chunk before ``stop`` not dispatched yet."""
+        while self.next < min(len(self.chunks), stop):
             if self.next not in self.futures:
                 self._dispatch(self.next)
             self.next += 1
+
+    def start(self) -> "Dispatcher":
+        """Dispatch the first chunks (call before slow work such as file metadata)."""
+        self._fill(self.ahead + 1)
+        return self
+
+    def get(self, i: int) -> dict[str, np.ndarray]:
+        self._fill(i + 1 + self.ahead)
         if i not in self.futures:  # asked out of order, or again
             self._dispatch(i)
         out = self.futures.pop(i)
@@ -102,14 +98,12 @@ def lazy_arrays(study: Study, names=None, ahead: int = AHEAD, progress=None):
     chunks = grid.plan(study.shape, grid.chunk_budget(study))
     deps = grid.dependencies(study, names)
     dispatcher = Dispatcher(study, names, deps, chunks, ahead, progress)
-    models, hardware = dispatcher.tables
+    models, hardware = dispatcher.prep["tables"]
     with jax.enable_x64(study.dtype == "float64"):
         shapes = jax.eval_shape(lambda p: evaluate(p, models, hardware, study.mode, names,
                                                    study.features),
                                 grid.chunk_point(study, chunks[0]))
     dims = [a.name for a in study.dims]
-    sizes = dict(zip(dims, study.shape))
-    axis, length = chunks[0].axis, chunks[0].length
     token = tokenize(study.text, study.file, names, study.output.chunk_points)
     chunk_layer = f"dse-chunk-{token}"
     layers = {chunk_layer: {(chunk_layer, i): (dispatcher.get, i) for i in range(len(chunks))}}
@@ -119,28 +113,23 @@ def lazy_arrays(study: Study, names=None, ahead: int = AHEAD, progress=None):
         n_extra = dispatcher.extra[name]
         lead = shapes[name].shape[:n_extra]
         kept = [dims.index(d) for d in deps[name]]
-        blocks = tuple((n,) for n in lead) + tuple(
-            (1,) * sizes[dims[g]] if g < axis
-            else tuple(min(length, sizes[dims[g]] - s) for s in range(0, sizes[dims[g]], length))
-            if g == axis else (sizes[dims[g]],)
-            for g in kept)
         layer_name = f"dse-{name}-{token}"
         layer = {}
         for i, c in enumerate(chunks):
-            if any(g < c.axis and c.outer[g] != 0 or g == c.axis and c.start
-                   for g in range(len(dims)) if g not in kept):
+            if not grid.owns(c, kept):
                 continue  # an earlier chunk owns this output's region
-            index = (0,) * n_extra + tuple(c.outer[g] if g < c.axis else c.start // length
+            index = (0,) * n_extra + tuple(c.outer[g] if g < c.axis else c.start // c.length
                                            if g == c.axis else 0 for g in kept)
             layer[(layer_name, *index)] = (operator.getitem, (chunk_layer, i), name)
             owned[i].append((name, index))
         layers[layer_name] = layer
-        arrays[name] = (layer_name, blocks, shapes[name].dtype)
+        arrays[name] = (layer_name, grid.block_shape(study, deps[name], lead, chunks[0]),
+                        grid.output_shape(study, deps[name], lead), shapes[name].dtype)
     # each array's own graph (its layer and the shared chunk layer)
     out = {n: da.Array(HighLevelGraph({chunk_layer: layers[chunk_layer], key: layers[key]},
                                       {chunk_layer: set(), key: {chunk_layer}}),
-                       key, blocks, dtype=dtype)
-           for n, (key, blocks, dtype) in arrays.items()}
+                       key, blocks, dtype=dtype, shape=shape)
+           for n, (key, blocks, shape, dtype) in arrays.items()}
     return out, deps, dispatcher, owned
 
 

@@ -88,16 +88,16 @@ MULTI_DEVICE = """
 import sys
 import dse  # first: dse asks XLA for the host devices before JAX starts
 import jax
-from dse import engine
+from dse import devices, engine
 from dse.study import parse_study
 from dse.sweep import sweep_to_file
 assert len(jax.devices()) == 2, jax.devices()
-engine.MULTI_DEVICE_MIN_POINTS = 0  # the test grid is small
-used, original = set(), engine._placed
-def placed(prep, point, device):
+devices.MULTI_DEVICE_MIN_POINTS = 0  # the test grid is small
+used, original = set(), engine.placed
+def placed(point, prep, device):
     used.add(device.id)
-    return original(prep, point, device)
-engine._placed = placed
+    return original(point, prep, device)
+engine.placed = placed
 grid, reduce, out = sys.argv[1:]
 sweep_to_file(parse_study(reduce), out + "/best.nc")  # (zarr writes run the same way)
 from dse import lazy
