@@ -8,9 +8,9 @@ grids of configurations; results are labelled xarray Datasets.
     >>> ds.throughput_tok_s.where(ds.valid).max()          # doctest: +SKIP
 """
 
-from . import devices as _devices
+from . import xla as _xla
 
-_devices.request()  # before JAX starts: one XLA host device per core (dse.devices)
+_xla.configure()  # before JAX starts: host devices, kept barriers (dse.xla)
 
 from ._version import __version__  # noqa: E402
 from .catalogue import load_hardware, load_model  # noqa: E402

@@ -4,7 +4,8 @@ XLA:CPU runs an elementwise program like the evaluator on one core, and one devi
 runs one program at a time. Asked before JAX starts, XLA makes several host devices
 (``--xla_force_host_platform_device_count``); chunks dispatched round-robin to them
 compute side by side, with no worker processes to start (each device compiles its
-own copy of the program, a load from the on-disk cache after the first run). ``import dse`` asks for one device per usable core unless JAX is
+own copy of the program, a load from the on-disk cache after the first run).
+``import dse`` asks for one device per usable core (:mod:`dse.xla`) unless JAX is
 already imported, ``XLA_FLAGS`` already sets a count, or ``DSE_HOST_DEVICES`` says
 otherwise (``DSE_HOST_DEVICES=1``: one device, JAX's default; read again at each
 sweep, it also caps how many of the devices a sweep uses).
@@ -16,7 +17,6 @@ device.
 from __future__ import annotations
 
 import os
-import sys
 
 FLAG = "--xla_force_host_platform_device_count"
 # Below this size (points x evaluations per point) a second host device's own
@@ -31,15 +31,9 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def request(count: int | None = None) -> None:
-    """Ask XLA for ``count`` host devices (default: ``$DSE_HOST_DEVICES`` or one per
-    usable core). Does nothing once JAX is imported or if ``XLA_FLAGS`` sets a count."""
-    if "jax" in sys.modules or FLAG in os.environ.get("XLA_FLAGS", ""):
-        return
-    if count is None:
-        count = _env_count() or usable_cores()
-    if count > 1:
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FLAG}={count}".strip()
+def requested_count() -> int:
+    """Host devices to ask XLA for: ``$DSE_HOST_DEVICES`` or one per usable core."""
+    return _env_count() or usable_cores()
 
 
 def _env_count() -> int | None:

@@ -9,6 +9,7 @@ import fcntl
 import os
 from pathlib import Path
 
+import dse  # noqa: F401  (first, as users import it: its XLA flags precede JAX's start)
 import jax
 import pytest
 

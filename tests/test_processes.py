@@ -1,7 +1,8 @@
 """Streamed sweeps across processes and devices: a real dask LocalCluster (2 worker
 processes on loopback) gives the in-memory result, a worker killed mid-sweep costs
 nothing, two XLA host devices in one process and another process (another hash seed)
-give bit-identical results.
+give bit-identical results; the XLA flags ``import dse`` sets, and the optimization
+barriers they keep, change no value.
 
 References are the in-memory sweep, independent of the streaming code (as in
 test_scale.py, whose grid and helpers these tests share).
@@ -126,3 +127,50 @@ def test_two_host_devices_give_the_same_results(full, tmp_path):
     assert done.stdout.strip() == "[0, 1] [0, 1]", done.stdout  # both devices ran chunks
     _same(full, xr.open_dataset(tmp_path / "grid.nc").load())
     _same(dse.sweep(study(chunk=97, by=by)), xr.open_dataset(tmp_path / "best.nc").load())
+
+
+BARRIERS_DROPPED = """
+import os, sys
+import jax  # before dse: XLA starts with its own flags and drops optimization barriers
+import dse
+from dse.study import parse_study
+assert "cse_barrier_expander" not in os.environ.get("XLA_FLAGS", "")
+dse.sweep(parse_study(sys.argv[1], "<test>")).to_netcdf(sys.argv[2])
+"""
+
+
+def _env_without_flags():
+    return {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "DSE_WORKER")}
+
+
+def test_import_asks_xla_for_devices_and_kept_barriers():
+    """``import dse`` sets XLA_FLAGS before JAX starts (dse.xla), leaving a flag the
+    user set alone."""
+    script = "import os, dse; print(os.environ['XLA_FLAGS'])"
+    env = {**_env_without_flags(), "DSE_HOST_DEVICES": "3"}
+    flags = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           env=env, check=True).stdout.split()
+    assert sorted(flags) == ["--xla_disable_hlo_passes=cse_barrier_expander",
+                             "--xla_force_host_platform_device_count=3"]
+    env["XLA_FLAGS"] = "--xla_disable_hlo_passes=foo"
+    flags = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           env=env, check=True).stdout.split()
+    assert sorted(flags) == ["--xla_disable_hlo_passes=foo",
+                             "--xla_force_host_platform_device_count=3"]
+
+
+def test_kept_barriers_change_no_value(full, tmp_path):
+    """The barriers that keep TTFT, TPOT and the phase sums out of their consumers'
+    fusions (dse.formulas.parts.computed_once) are identities: a process where XLA
+    drops them (JAX imported before dse) gives the same values. Fused differently,
+    float32 rounding may differ in the last place (contracted multiply-adds), hence
+    rtol = 4 float32 ulp rather than bit equality."""
+    path = tmp_path / "dropped.nc"
+    subprocess.run([sys.executable, "-c", BARRIERS_DROPPED, GRID.format(chunk=1 << 22),
+                    str(path)], check=True, env=_env_without_flags())
+    dropped = xr.open_dataset(path).load()
+    for name in full.data_vars:
+        if full[name].dtype.kind == "f":
+            xr.testing.assert_allclose(full[name], dropped[name], rtol=4 * 2.0 ** -23, atol=0)
+        else:
+            xr.testing.assert_equal(full[name], dropped[name])

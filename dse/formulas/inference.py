@@ -91,52 +91,66 @@ def _prefill(m, s, p, w: Workload, b, micro, rates, par, o, features):
                                              par.tp, rates)
     out = parts.combine([(1.0, total), (micro - 1.0, stage)])
     out["pp_comm"] = parts.comm(hops)
-    return out, size
+    return out, parts.total(out), size
 
 
 def _step(m, s, p, ps: Pass, micro, rates, par, o, features):
-    """A decode-like pass through the pipeline: the traversal or the busiest stage binds."""
+    """A decode-like pass through the pipeline: the traversal or the busiest stage binds.
+
+    Returns its parts and their total. The total is the binding side's sum, not the sum
+    of the selected parts (equal values): then only the two candidate times are full-grid
+    chains, computed once.
+    """
     total, stage = _pass_parts(m, s, p, ps, rates, par, o, features)
     hop = comm.pipeline_transfer_s(ps.tokens * m.d_model * p.act_bits / 8.0, par.pp, par.tp, rates)
     traversal = dict(total, pp_comm=parts.comm(hop))
     cycle = parts.combine([(micro, stage)])
-    binds = parts.total_time(traversal) >= parts.total_time(cycle)
-    return {k: parts.where(binds, traversal.get(k, parts.ZERO), cycle.get(k, parts.ZERO))
+    sums = parts.settled(parts.total(traversal)), parts.settled(parts.total(cycle))
+    binds = sums[0].time >= sums[1].time
+    step = {k: parts.where(binds, traversal.get(k, parts.ZERO), cycle.get(k, parts.ZERO))
             for k in dict.fromkeys([*traversal, *cycle])}
+    return step, parts.where(binds, *sums)
 
 
 def _decode(m, s, p, w: Workload, b, micro, rates, par, o, features, spec: Speculation):
     lo = w.input_len + 1.0
     hi = w.input_len + jnp.maximum(w.output_len - 1.0, 1.0)
-    plain = _step(m, s, p, Pass("decode", b, 1.0, lo, hi), micro, rates, par, o, features)
+    plain, plain_sum = _step(m, s, p, Pass("decode", b, 1.0, lo, hi), micro, rates, par, o,
+                             features)
     if spec.draft is None:
-        return plain, 1.0
+        return plain, plain_sum, 1.0
     k, a = spec.draft_len, spec.acceptance_rate
     sd = P.shard(spec.draft, par.tp)
     draft_par = Parallel(par.tp, 1.0, par.dp, 1.0)
     draft, _ = _pass_parts(spec.draft, sd, p, Pass("decode", b, 1.0, lo, hi), rates,
                            draft_par, o, features)
     middle = (lo + hi) / 2.0 - 1.0
-    verify = _step(m, s, p, Pass("verify", b, k + 1.0, middle, middle), micro, rates, par, o,
-                   features)
+    verify, verify_sum = _step(m, s, p, Pass("verify", b, k + 1.0, middle, middle), micro,
+                               rates, par, o, features)
     sure = a >= 1.0
     tokens = jnp.where(sure, k + 1.0, (1.0 - a ** (k + 1.0)) / jnp.where(sure, 1.0, 1.0 - a))
     speculative = parts.combine([(k / tokens, draft), (1.0 / tokens, verify)])
     on = k > 0.0
     merged = {c: parts.where(on, speculative.get(c, parts.ZERO), plain.get(c, parts.ZERO))
               for c in dict.fromkeys([*plain, *speculative])}
-    return merged, jnp.where(on, 1.0 / tokens, 1.0)
+    speculative_sum = parts.add(parts.scale(parts.total(draft), k / tokens),
+                                parts.scale(verify_sum, 1.0 / tokens))
+    return merged, parts.where(on, speculative_sum, plain_sum), jnp.where(on, 1.0 / tokens, 1.0)
 
 
 def _timings(m, s, p, w: Workload, rates, par, o, features, spec):
     micro = jnp.minimum(par.pp, w.batch)
     b = w.batch / micro
-    prefill, chunk = _prefill(m, s, p, w, b, micro, rates, par, o, features)
-    decode, steps_per_token = _decode(m, s, p, w, b, micro, rates, par, o, features, spec)
-    ttft, tpot = parts.total_time(prefill), parts.total_time(decode)
+    prefill, prefill_sum, chunk = _prefill(m, s, p, w, b, micro, rates, par, o, features)
+    decode, decode_sum, steps_per_token = _decode(m, s, p, w, b, micro, rates, par, o,
+                                                  features, spec)
+    # what every full-grid output derives from, computed once (parts.computed_once)
+    prefill_sum = parts.settled(prefill_sum)
+    ttft, tpot = parts.computed_once(prefill_sum.time, decode_sum.time)
     e2e = ttft + (w.output_len - 1.0) * tpot
-    return dict(prefill=prefill, decode=decode, ttft=ttft, tpot=tpot, e2e=e2e, chunk=chunk,
-                micro=micro, steps_per_token=steps_per_token)
+    return dict(prefill=prefill, decode=decode, prefill_sum=prefill_sum, decode_sum=decode_sum,
+                ttft=ttft, tpot=tpot, e2e=e2e, chunk=chunk, micro=micro,
+                steps_per_token=steps_per_token)
 
 
 def _model_flops(m, p, seqs, ps_new, lo, hi, phase, rates, o, features):
@@ -192,8 +206,7 @@ def inference(m: ModelSpec, rates: Rates, capacity, w: Workload, par: Parallel, 
     steps = w.output_len - 1.0
 
     def seconds(field):
-        return (sum(getattr(x, field) for x in t["prefill"].values())
-                + steps * sum(getattr(x, field) for x in t["decode"].values()))
+        return getattr(t["prefill_sum"], field) + steps * getattr(t["decode_sum"], field)
 
     joules = power.tdp_w * (power.static * t["e2e"] + power.compute * seconds("compute")
                             + power.memory * seconds("memory") + power.network * seconds("comm"))
