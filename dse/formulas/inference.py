@@ -97,9 +97,9 @@ def _prefill(m, s, p, w: Workload, b, micro, rates, par, o, features):
 def _step(m, s, p, ps: Pass, micro, rates, par, o, features):
     """A decode-like pass through the pipeline: the traversal or the busiest stage binds.
 
-    Returns its parts and their total. The total is the binding side's sum, not the sum
-    of the selected parts (equal values): then only the two candidate times are full-grid
-    chains, computed once.
+    Returns its parts and their sum. The sum is the binding side's sum (equal to the
+    sum of the selected parts), so that only the two sides' sums are full-grid chains,
+    each computed once.
     """
     total, stage = _pass_parts(m, s, p, ps, rates, par, o, features)
     hop = comm.pipeline_transfer_s(ps.tokens * m.d_model * p.act_bits / 8.0, par.pp, par.tp, rates)
