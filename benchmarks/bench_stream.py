@@ -4,8 +4,8 @@ Runs the same reduction (best feasible throughput per model x hardware under a T
 limit, valid/feasible/reason counts, a TPOT histogram) three ways: one process on one
 XLA device (the baseline), one process on one host device per core (dse's default,
 dse.devices), and one worker process per core (a local dask cluster); checks the
-results are identical and prints the speed-ups. Peak RSS is sampled every 50 ms over the whole process tree
-(client, scheduler and workers).
+results are identical and prints the speed-ups. Peak RSS is sampled every 50 ms over
+the whole process tree (client, scheduler and workers).
 
 Run: python benchmarks/bench_stream.py [--scale K]   (K x K what-if scales; 60 -> 0.995e9)
 """

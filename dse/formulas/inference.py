@@ -145,8 +145,8 @@ def _timings(m, s, p, w: Workload, rates, par, o, features, spec):
     decode, decode_sum, steps_per_token = _decode(m, s, p, w, b, micro, rates, par, o,
                                                   features, spec)
     # what every full-grid output derives from, computed once (parts.computed_once)
-    prefill_sum = parts.settled(prefill_sum)
-    ttft, tpot = parts.computed_once(prefill_sum.time, decode_sum.time)
+    prefill_sum = parts.settled(prefill_sum)  # its time is TTFT
+    ttft, (tpot,) = prefill_sum.time, parts.computed_once(decode_sum.time)
     e2e = ttft + (w.output_len - 1.0) * tpot
     return dict(prefill=prefill, decode=decode, prefill_sum=prefill_sum, decode_sum=decode_sum,
                 ttft=ttft, tpot=tpot, e2e=e2e, chunk=chunk, micro=micro,
