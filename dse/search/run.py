@@ -10,6 +10,7 @@ axes (tp, pp, batch, ...) exhaustively in the same call, reporting its best poin
 from __future__ import annotations
 
 import datetime
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -55,9 +56,28 @@ def make_storage(url: str):
     if "://" not in url:
         url = f"sqlite:///{url}"
     if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}}
-                                      if url.startswith("sqlite") else {})
+        path = url.removeprefix("sqlite:///")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.RDBStorage(url, engine_kwargs={"creator": lambda: sqlite(path)})
+    return optuna.storages.RDBStorage(url)
+
+
+def sqlite(path: str) -> sqlite3.Connection:
+    """A connection to an SQLite study file in write-ahead-log mode.
+
+    SQLite's default rollback journal syncs the disk on every commit, and optuna
+    commits several times per trial: on this machine's disk that was 2.5 ms per commit,
+    17 s of a 300-trial search. With a write-ahead log and ``synchronous=NORMAL``
+    (https://www.sqlite.org/wal.html) a commit is an append; the disk is synced at
+    checkpoints. The file stays consistent through a crash or power loss; a power loss
+    may drop the last trials told, which a resumed search samples again. Readers and
+    one writer work at once, so processes sharing the file wait less (``timeout``: how
+    long a writer waits for the lock). WAL needs the file on a local disk, not NFS.
+    """
+    con = sqlite3.connect(path, timeout=60, check_same_thread=False)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=NORMAL")
+    return con
 
 
 def open_study(cfg: SearchConfig, study: Study) -> optuna.Study:
