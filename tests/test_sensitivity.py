@@ -108,6 +108,28 @@ def test_kink_flag_marks_roof_changes_inside_the_interval():
     assert kink.sel(batch=300)
 
 
+def test_output_axes_are_those_of_a_shape_trace():
+    """The sensitivity outputs' axes, read off the evaluator's dependencies, are those a
+    shape trace of the differentiated program finds (axes of length 2). TTFT does not
+    vary with output_len, TPOT does; the base values keep their own metric's axes."""
+    import functools
+
+    from dse.sensitivity import _dependencies, _elasticity_variables
+    from dse.sensitivity.config import parse_sensitivity
+    from dse.sensitivity.elasticity import Spec, sensitivities
+
+    study = parse_study(study_text(model="llama-2-7b", hardware=["h100-sxm", "a100-80gb"],
+                                   batch=[1, 64], input_len=512, output_len=[64, 256],
+                                   hbm_bw_scale=[1.0, 2.0]), "<deps>")
+    cfg = parse_sensitivity(study)
+    spec = Spec(study.mode, cfg.metrics, cfg.params, cfg.delta, 1e-3, study.features)
+    extra = {k: lead for k, (lead, _, _) in _elasticity_variables(cfg, study.mode).items()}
+    traced = grid.function_dependencies(study, functools.partial(sensitivities, spec=spec),
+                                        extra)
+    assert _dependencies(study, cfg, extra) == traced
+    assert "output_len" not in traced["base_ttft_s"] and "output_len" in traced["base_tpot_s"]
+
+
 def test_inverse_answers_meet_the_target():
     ds = sensitivity(STUDIES / "sensitivity-genz.toml")
     study = parse_study((STUDIES / "sensitivity-genz.toml").read_text(), "<genz>")

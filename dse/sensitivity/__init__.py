@@ -70,8 +70,8 @@ def sensitivity(study: Study | str | Path, *, progress=None) -> xr.Dataset:
     fn = functools.partial(sensitivities, spec=spec)
     meta = _elasticity_variables(cfg, study.mode)
     extra = {name: lead for name, (lead, _, _) in meta.items()}
-    arrays, deps = grid.run_function(study, fn, extra,
-                                     grid.function_dependencies(study, fn, extra), progress)
+    arrays, deps = grid.run_function(study, fn, extra, _dependencies(study, cfg, extra),
+                                     progress)
     variables = {}
     for name, (lead, units, long_name) in meta.items():
         dims = ("hw_param",) * lead + deps[name]
@@ -89,6 +89,22 @@ def sensitivity(study: Study | str | Path, *, progress=None) -> xr.Dataset:
     if cfg.mix:
         ds = ds.merge(_mix(ds, cfg))
     return ds
+
+
+def _dependencies(study: Study, cfg: SensitivityConfig, extra) -> dict[str, tuple[str, ...]]:
+    """The axes each output of :func:`sensitivities` varies along.
+
+    A base value varies as its metric does; every other output is broadcast to one
+    shape, that of the metrics, validity and bound signature together (the multipliers
+    scale the parameters in place, and a JVP's tangent has its value's shape). Read off
+    the evaluator's own (cached) dependency trace: tracing the differentiated program
+    for its shapes took 3-4 s, about as long as compiling it.
+    """
+    names = cfg.metrics + ("valid", "bound_signature")
+    deps = grid.dependencies(study, names)
+    together = tuple(a.name for a in study.dims if any(a.name in deps[n] for n in names))
+    return {name: deps[name.removeprefix("base_")] if name.startswith("base_") else together
+            for name in extra}
 
 
 def _inverse(study: Study, cfg: SensitivityConfig, progress) -> xr.Dataset:
