@@ -202,3 +202,26 @@ def test_every_sampler_runs(sampler, tmp_path):
     assert result.n_trials == 16
     for best in result.best:
         assert best["outputs"]["tpot_s"] <= 0.03 and best["outputs"]["fits"]
+
+
+def test_sqlite_study_file_is_in_write_ahead_log_mode(tmp_path):
+    """A bare path gets WAL with synchronous=NORMAL (a commit appends to the log rather
+    than syncing the disk); the trials are in the file for any later reader."""
+    import optuna
+
+    from dse.search.run import make_storage
+
+    storage = make_storage(str(tmp_path / "s.db"))
+    opt = optuna.create_study(storage=storage, study_name="wal")
+    opt.tell(opt.ask({"x": optuna.distributions.FloatDistribution(0, 1)}), 1.0)
+    with storage.engine.connect() as con:
+        assert con.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+    con = sqlite3.connect(tmp_path / "s.db")
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert con.execute("SELECT COUNT(*) FROM trials").fetchone()[0] == 1
+    con.close()
+    # a URL with options is passed to SQLAlchemy as given
+    other = make_storage(f"sqlite:///{tmp_path / 'o.db'}?timeout=5")
+    optuna.create_study(storage=other, study_name="plain")
+    assert sqlite3.connect(tmp_path / "o.db").execute("PRAGMA journal_mode").fetchone()[0] \
+        == "delete"

@@ -55,11 +55,11 @@ def make_storage(url: str):
         return optuna.storages.JournalStorage(backend)
     if "://" not in url:
         url = f"sqlite:///{url}"
-    if url.startswith("sqlite:///"):
-        path = url.removeprefix("sqlite:///")
+    path = url.removeprefix("sqlite:///")
+    if url.startswith("sqlite:///") and "?" not in path and path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         return optuna.storages.RDBStorage(url, engine_kwargs={"creator": lambda: sqlite(path)})
-    return optuna.storages.RDBStorage(url)
+    return optuna.storages.RDBStorage(url)  # other databases, or SQLite with URL options
 
 
 def sqlite(path: str) -> sqlite3.Connection:
