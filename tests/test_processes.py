@@ -130,9 +130,13 @@ def test_two_host_devices_give_the_same_results(full, tmp_path):
 
 
 BARRIERS_DROPPED = """
-import os, sys
-import jax  # before dse: XLA starts with its own flags and drops optimization barriers
-import dse
+import os, sys, warnings
+import jax
+jax.devices()  # XLA starts before dse: with its own flags, it drops optimization barriers
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import dse
+assert "JAX started before `import dse`" in str(caught[0].message)
 from dse.study import parse_study
 assert "cse_barrier_expander" not in os.environ.get("XLA_FLAGS", "")
 dse.sweep(parse_study(sys.argv[1], "<test>")).to_netcdf(sys.argv[2])
@@ -144,25 +148,30 @@ def _env_without_flags():
 
 
 def test_import_asks_xla_for_devices_and_kept_barriers():
-    """``import dse`` sets XLA_FLAGS before JAX starts (dse.xla), leaving a flag the
-    user set alone."""
-    script = "import os, dse; print(os.environ['XLA_FLAGS'])"
+    """``import dse`` sets XLA_FLAGS before JAX starts (dse.xla), also after ``import
+    jax`` (which does not start XLA), leaving a flag the user set alone."""
     env = {**_env_without_flags(), "DSE_HOST_DEVICES": "3"}
-    flags = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                           env=env, check=True).stdout.split()
-    assert sorted(flags) == ["--xla_disable_hlo_passes=cse_barrier_expander",
-                             "--xla_force_host_platform_device_count=3"]
+
+    def run(script):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              env=env, check=True)
+        assert done.stderr == ""  # no warning
+        return done.stdout.split()
+
+    for first in ("", "import jax; "):
+        assert sorted(run(first + "import os, dse; print(os.environ['XLA_FLAGS'])")) == [
+            "--xla_disable_hlo_passes=cse_barrier_expander",
+            "--xla_force_host_platform_device_count=3"]
+    assert run("import jax, dse; print(jax.device_count())") == ["3"]  # XLA read them
     env["XLA_FLAGS"] = "--xla_disable_hlo_passes=foo"
-    flags = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                           env=env, check=True).stdout.split()
-    assert sorted(flags) == ["--xla_disable_hlo_passes=foo",
-                             "--xla_force_host_platform_device_count=3"]
+    assert sorted(run("import os, dse; print(os.environ['XLA_FLAGS'])")) == [
+        "--xla_disable_hlo_passes=foo", "--xla_force_host_platform_device_count=3"]
 
 
 def test_kept_barriers_change_no_value(full, tmp_path):
     """The barriers that keep TTFT, TPOT and the phase sums out of their consumers'
     fusions (dse.formulas.parts.computed_once) are identities: a process where XLA
-    drops them (JAX imported before dse) gives the same values. Fused differently,
+    drops them (XLA started before dse, with a warning) gives the same values. Fused differently,
     float32 rounding may differ in the last place (contracted multiply-adds), hence
     rtol = 4 float32 ulp rather than bit equality."""
     path = tmp_path / "dropped.nc"
