@@ -13,7 +13,7 @@ backend starts; ``import dse`` calls :func:`configure` first thing):
 
 ``import jax`` alone does not start the backend, so ``import jax; import dse`` works as
 well. Once the backend has started (anything run in JAX before ``import dse``), nothing
-is changed and a warning says so: the bench grid's sweep then took 0.24-0.28 s instead
+is changed and a warning says so: the bench grid's evaluator then took 0.24-0.28 s instead
 of 0.08-0.10 s. A flag ``XLA_FLAGS`` already sets is left as the user set it.
 """
 
