@@ -1,12 +1,13 @@
 """Every core from one process: one XLA CPU device per core.
 
-XLA:CPU runs an elementwise program like the evaluator on one core, and one device
-runs one program at a time. Asked before JAX starts, XLA makes several host devices
+XLA:CPU runs each elementwise kernel of a program like the evaluator on one core
+(independent kernels side by side), and one device runs one program at a time. Asked
+before it starts, XLA makes several host devices
 (``--xla_force_host_platform_device_count``); chunks dispatched round-robin to them
 compute side by side, with no worker processes to start (each device compiles its
 own copy of the program, a load from the on-disk cache after the first run).
-``import dse`` asks for one device per usable core (:mod:`dse.xla`) unless JAX is
-already imported, ``XLA_FLAGS`` already sets a count, or ``DSE_HOST_DEVICES`` says
+``import dse`` asks for one device per usable core (:mod:`dse.xla`) unless XLA has
+already started, ``XLA_FLAGS`` already sets a count, or ``DSE_HOST_DEVICES`` says
 otherwise (``DSE_HOST_DEVICES=1``: one device, JAX's default; read again at each
 sweep, it also caps how many of the devices a sweep uses).
 
