@@ -174,6 +174,9 @@ def test_json_and_files(tmp_path, capsys):
     ('objective = ["throughput_tok_s", "tpot_s"]\nmode = "hybrid"', "search.mode"),
     ('objective = "throughput_tok_s"\nn_trials = 0', "search.n_trials"),
     ('objective = "throughput_tok_s"\ninner = ["seq"]\nmode = "hybrid"', "search.inner"),
+    # storages that cannot be opened (/proc takes no new directories, even for root)
+    ('objective = "throughput_tok_s"\nstorage = "sqlite:////proc/nope/s.db"', "search.storage"),
+    ('objective = "throughput_tok_s"\nstorage = "/proc/nope/s.log"', "search.storage"),
 ])
 def test_bad_search_section(section, key, tmp_path, capsys):
     path = tmp_path / "s.toml"

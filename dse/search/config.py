@@ -27,6 +27,8 @@ from ..errors import InputError, suggest
 from ..outputs import OUTPUTS
 from ..study import Study
 
+STORAGE_ALLOWED = ("a database URL (sqlite:///file.db, postgresql://...) in a writable "
+                   "place, or a *.log journal")
 KEYS = {"objective", "direction", "constraints", "n_trials", "seed", "sampler", "storage",
         "study_name", "batch_size", "mode", "inner", "exhaustive"}
 SAMPLERS = ("tpe", "nsga2", "random", "cmaes")
@@ -170,7 +172,7 @@ def parse_search(study: Study, out: Path | None = None) -> SearchConfig:
     storage = raw.get("storage", default_storage(study, out))
     if not isinstance(storage, str) or not storage:
         raise InputError(file, "search.storage", f"value {storage!r} is not valid",
-                         "a database URL (sqlite:///file.db, postgresql://...) or a *.log journal")
+                         STORAGE_ALLOWED)
     study_name = raw.get("study_name", study.name)
     if not isinstance(study_name, str) or not study_name:
         raise InputError(file, "search.study_name", f"value {study_name!r} is not valid",

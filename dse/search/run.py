@@ -18,9 +18,10 @@ import optuna
 
 from .. import grid
 from ..evaluate import evaluate
+from ..errors import InputError
 from ..study import Study
 from . import constraints as C
-from .config import SearchConfig
+from .config import STORAGE_ALLOWED, SearchConfig
 from .space import as_python, distributions, pad, point
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -81,7 +82,14 @@ def sqlite(path: str) -> sqlite3.Connection:
 
 
 def open_study(cfg: SearchConfig, study: Study) -> optuna.Study:
-    storage = make_storage(cfg.storage)
+    import sqlalchemy.exc
+
+    try:
+        storage = make_storage(cfg.storage)
+    except (OSError, ImportError, sqlite3.Error, sqlalchemy.exc.SQLAlchemyError) as err:
+        problem = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputError(study.file, "search.storage", f"cannot open {cfg.storage!r}: {problem}",
+                         STORAGE_ALLOWED) from None
     opt = optuna.create_study(storage=storage, study_name=cfg.study_name,
                               directions=list(cfg.directions), sampler=make_sampler(cfg),
                               load_if_exists=True)
