@@ -11,6 +11,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from . import staging
 from .formulas.attention import Precision
 from .formulas.inference import Power, Speculation, Workload, inference
 from .formulas.operators import stored_bits
@@ -218,7 +219,12 @@ def evaluate(point, models: ModelSpec, hardware: HardwareSpec, mode: str = "infe
     are never computed.
     """
     names = tuple(names or OUTPUTS[mode].defaults(features))
-    out = _EVALUATORS[mode](point, models, hardware, features, frozenset(names))
+
+    def outputs(point, models, hardware):
+        return _EVALUATORS[mode](point, models, hardware, features, frozenset(names))
+
+    # small intermediates computed once before the grid-sized kernels (dse.staging)
+    out = staging.staged(outputs)(point, models, hardware)
     return {k: out[k] for k in names}
 
 
