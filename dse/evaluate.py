@@ -7,6 +7,7 @@ feed it: a grid of broadcast arrays, a vector of trials, or tangents.
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -223,8 +224,12 @@ def evaluate(point, models: ModelSpec, hardware: HardwareSpec, mode: str = "infe
     def outputs(point, models, hardware):
         return _EVALUATORS[mode](point, models, hardware, features, frozenset(names))
 
-    # small intermediates computed once before the grid-sized kernels (dse.staging)
-    out = staging.staged(outputs)(point, models, hardware)
+    # small intermediates computed once before the grid-sized kernels (dse.staging), in
+    # programs over enough points for it to pay (not in shape traces or trial batches)
+    points = math.prod(jnp.broadcast_shapes(*(jnp.shape(x) for x in
+                                              jax.tree_util.tree_leaves(point))))
+    out = (staging.staged(outputs) if points >= staging.MIN_POINTS else outputs)(
+        point, models, hardware)
     return {k: out[k] for k in names}
 
 

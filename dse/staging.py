@@ -20,7 +20,9 @@ unstaged program's, by at most 2.5e-7 relative (XLA simplifies and contracts the
 arithmetic on either side of a boundary a little differently).
 
 Measured on bench_sweep's grid, in one process against the unstaged evaluator: 20-25%
-less evaluator time (wall and CPU), compile time +0.2 s of 4.7 s. Cutting in front of
+less evaluator time (wall and CPU); compile time +0.2 s of 4.7 s, and re-emitting the
+jaxpr adds ~0.5 s to the trace, so :func:`dse.evaluate.evaluate` stages programs over
+at least :data:`MIN_POINTS` grid points only (not its shape traces or search batches). Cutting in front of
 every kernel (any size) saved about as much but compiled 1.7 s longer (2.6x the kernels);
 ratios of 8-16 saved less, and 64 (past the 40x of the grid's two what-if axes) less again.
 """
@@ -34,6 +36,7 @@ from jax.extend import core as jcore
 
 RATIO = 32  # expansion from which an intermediate is computed once
 SHARE = 4  # kernels of at least 1/SHARE of the largest value get staged inputs
+MIN_POINTS = 1 << 15  # grid points from which dse.evaluate stages (re-emitting costs ~0.5 s)
 
 # primitives whose body is inlined (and staged) rather than bound as a unit
 _INLINE = frozenset({"pjit", "jit", "closed_call", "core_call"})
