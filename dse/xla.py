@@ -6,7 +6,8 @@ backend starts; ``import dse`` calls :func:`configure` first thing):
   into each of its consumers and recomputes it there per element; the evaluator marks
   the few values many full-grid outputs derive from (TTFT, TPOT, the phase sums, the
   mean attention roofline) with ``jax.lax.optimization_barrier`` so they are computed
-  once (:func:`dse.formulas.parts.computed_once`). XLA:CPU removes barriers before
+  once (:func:`dse.formulas.parts.computed_once`), and :mod:`dse.staging` marks the
+  small values that grid-sized kernels read. XLA:CPU removes barriers before
   fusion (its ``cse_barrier_expander`` pass) unless that pass is disabled. Values are
   the same either way (to the last place or so: fused differently, a multiply-add may
   round differently); only the speed differs.
