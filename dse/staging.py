@@ -41,8 +41,7 @@ MIN_POINTS = 1 << 15  # grid points from which dse.evaluate stages (re-emitting 
 # primitives whose body is inlined (and staged) rather than bound as a unit
 _INLINE = frozenset({"pjit", "jit", "closed_call", "core_call"})
 # primitives that only move or relabel elements: their output of an input is no work
-_MOVES = frozenset({"broadcast_in_dim", "reshape", "squeeze", "expand_dims",
-                    "convert_element_type", "copy", "copy_p"})
+_MOVES = frozenset({"broadcast_in_dim", "reshape", "squeeze", "convert_element_type", "copy"})
 
 
 def staged(fn):
@@ -85,6 +84,9 @@ def _run(jaxpr, consts, args, large: int, worked=None) -> list:
     def read(atom):
         return env[atom] if is_var(atom) else atom.val
 
+    def took_work(atom) -> bool:
+        return is_var(atom) and atom in computed
+
     env.update(zip(jaxpr.constvars, consts))
     env.update(zip(jaxpr.invars, args))
     for eqn in jaxpr.eqns:
@@ -92,8 +94,7 @@ def _run(jaxpr, consts, args, large: int, worked=None) -> list:
         values = []
         for atom in eqn.invars:
             value = read(atom)
-            if (size >= large and is_var(atom) and atom in computed
-                    and 0 < _size(atom) * RATIO <= size):
+            if size >= large and took_work(atom) and 0 < _size(atom) * RATIO <= size:
                 if atom not in once:
                     once[atom], = jax.lax.optimization_barrier((value,))
                 value = once[atom]
@@ -101,15 +102,14 @@ def _run(jaxpr, consts, args, large: int, worked=None) -> list:
         if eqn.primitive.name in _INLINE:
             inner = eqn.params["jaxpr"]
             outs = _run(inner.jaxpr, inner.consts, values, large,
-                        [is_var(a) and a in computed for a in eqn.invars])
+                        [took_work(a) for a in eqn.invars])
         else:
             params = eqn.primitive.get_bind_params(eqn.params)
             subfuns, params = params if isinstance(params, tuple) else ((), params)
             outs = eqn.primitive.bind(*subfuns, *values, **params)
             if not eqn.primitive.multiple_results:
                 outs = [outs]
-        work = eqn.primitive.name not in _MOVES or any(
-            is_var(a) and a in computed for a in eqn.invars)
+        work = eqn.primitive.name not in _MOVES or any(map(took_work, eqn.invars))
         for var, value in zip(eqn.outvars, outs):
             env[var] = value
             if work:
