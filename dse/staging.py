@@ -23,8 +23,13 @@ Measured on bench_sweep's grid, in one process against the unstaged evaluator: 2
 less evaluator time (wall and CPU); compile time +0.2 s of 4.7 s, and re-emitting the
 jaxpr adds ~0.5 s to the trace, so :func:`dse.evaluate.evaluate` stages programs over
 at least :data:`MIN_POINTS` grid points only (not its shape traces or search batches). Cutting in front of
-every kernel (any size) saved about as much but compiled 1.7 s longer (2.6x the kernels);
-ratios of 8-16 saved less, and 64 (past the 40x of the grid's two what-if axes) less again.
+every kernel (any size) saved about as much but compiled 1.7 s longer (2.6x the kernels).
+:data:`RATIO` was 32 until a phase's sum added the components that vary with the sequence
+lengths and KV precision last (:func:`dse.formulas.parts.total`): the partial sum of the
+others expands the grid 24x (input_len x output_len x kv_bits), and left unstaged at 32
+it was recomputed per grid point. Ratios 8 and 16 now measure the same (evaluator CPU
+107-109 ms against 119 ms with the old order, one process, 15 runs each); 32 is worse
+(150 ms); 16 places fewer barriers.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import math
 import jax
 from jax.extend import core as jcore
 
-RATIO = 32  # expansion from which an intermediate is computed once
+RATIO = 16  # expansion from which an intermediate is computed once
 SHARE = 4  # kernels of at least 1/SHARE of the largest value get staged inputs
 MIN_POINTS = 1 << 15  # grid points from which dse.evaluate stages (re-emitting costs ~0.5 s)
 

@@ -141,3 +141,34 @@ def test_evaluator_on_a_grid_stages_its_large_kernels(bench_like, monkeypatch):
     plain = small_barriered(10 ** 12)
     assert len(plain) <= 8
     assert len(small_barriered(ratio_in_use)) >= len(plain) + 100
+
+
+def test_phase_sums_add_the_sequence_length_components_last(bench_like, monkeypatch):
+    """In a decode step only attention varies with the sequence lengths (and it and
+    kv_cache with the KV precision): summed last, the other components add at their own
+    shape and the sums over the whole grid take a few additions instead of one per
+    component (parts.total's ``last``; counted in the evaluator's program)."""
+    study = bench_like
+    models, hardware = grid.tables(study)
+    point = grid.chunk_point(study, grid.plan(study.shape, study.size)[0])
+    inference = sys.modules["dse.formulas.inference"]
+    assert inference.SUM_LAST == ("kv_cache", "attention")
+
+    def grid_sized_adds(last):
+        monkeypatch.setattr(inference, "SUM_LAST", last)
+        fn = functools.partial(evaluate_module.evaluate.__wrapped__, mode=study.mode,
+                               names=("tpot_s",), features=study.features)
+        count = 0
+
+        def walk(jaxpr):
+            nonlocal count
+            for eqn in jaxpr.eqns:
+                count += eqn.primitive.name == "add" and eqn.outvars[0].aval.shape == study.shape
+                for sub in jcore.jaxprs_in_params(eqn.params):
+                    walk(sub)
+
+        walk(jax.make_jaxpr(fn)(point, models, hardware).jaxpr)
+        return count
+
+    in_order, last = grid_sized_adds(()), grid_sized_adds(("kv_cache", "attention"))
+    assert last <= 12 and in_order >= 2 * last, (in_order, last)

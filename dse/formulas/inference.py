@@ -10,7 +10,8 @@ engines; GPipe-style fill for prefill):
 
 T_all is the time of all layers and ends, T_stage that of the heaviest stage. Each is
 a sum of parts (roofline-timed operators and communication) by component, so the
-breakdown sums to TTFT and TPOT exactly. Communication is not overlapped with compute.
+breakdown sums to TTFT and TPOT (to float rounding: the totals add attention and
+kv_cache last, :data:`SUM_LAST`). Communication is not overlapped with compute.
 
 Prefill runs in n = ceil(input_len / prefill_chunk) equal chunks (n = 1 when chunking
 is off); chunk j attends to the j earlier chunks. TPOT is the mean decode step over the
@@ -37,6 +38,11 @@ from .transformer import Options, Parallel, end_parts, layer_parts
 
 COMPONENTS = ("embedding", "norms", "qkv_proj", "attention", "o_proj", "kv_cache", "mlp", "moe",
               "lora", "lm_head", "tp_comm", "pp_comm", "ep_comm", "overhead")
+# added last in a phase's sum (parts.total): in a decode step only attention varies with
+# the sequence lengths and only it and kv_cache with the KV precision, so the other
+# twelve sum over model x device x batch x parallelism x weight bits x rate scales (1/48
+# of bench_sweep's grid) and the grid-sized kernel adds three operands instead of 14
+SUM_LAST = ("kv_cache", "attention")
 PHASES = ("prefill", "decode")
 
 
@@ -91,7 +97,7 @@ def _prefill(m, s, p, w: Workload, b, micro, rates, par, o, features):
                                              par.tp, rates)
     out = parts.combine([(1.0, total), (micro - 1.0, stage)])
     out["pp_comm"] = parts.comm(hops)
-    return out, parts.total(out), size
+    return out, parts.total(out, SUM_LAST), size
 
 
 def _step(m, s, p, ps: Pass, micro, rates, par, o, features):
@@ -105,7 +111,8 @@ def _step(m, s, p, ps: Pass, micro, rates, par, o, features):
     hop = comm.pipeline_transfer_s(ps.tokens * m.d_model * p.act_bits / 8.0, par.pp, par.tp, rates)
     traversal = dict(total, pp_comm=parts.comm(hop))
     cycle = parts.combine([(micro, stage)])
-    sums = parts.settled(parts.total(traversal)), parts.settled(parts.total(cycle))
+    sums = (parts.settled(parts.total(traversal, SUM_LAST)),
+            parts.settled(parts.total(cycle, SUM_LAST)))
     binds = sums[0].time >= sums[1].time
     step = {k: parts.where(binds, traversal.get(k, parts.ZERO), cycle.get(k, parts.ZERO))
             for k in dict.fromkeys([*traversal, *cycle])}
@@ -133,7 +140,7 @@ def _decode(m, s, p, w: Workload, b, micro, rates, par, o, features, spec: Specu
     on = k > 0.0
     merged = {c: parts.where(on, speculative.get(c, parts.ZERO), plain.get(c, parts.ZERO))
               for c in dict.fromkeys([*plain, *speculative])}
-    speculative_sum = parts.add(parts.scale(parts.total(draft), k / tokens),
+    speculative_sum = parts.add(parts.scale(parts.total(draft, SUM_LAST), k / tokens),
                                 parts.scale(verify_sum, 1.0 / tokens))
     return merged, parts.where(on, speculative_sum, plain_sum), jnp.where(on, 1.0 / tokens, 1.0)
 

@@ -1,8 +1,9 @@
 """Parts: an operator's time with the FLOPs, bytes and roofline sides behind it.
 
 Phases are sums of parts grouped by component (qkv_proj, attention, mlp, tp_comm, ...),
-so a breakdown of TTFT or TPOT sums to the total exactly and its bound label (compute,
-memory, communication) comes from the same numbers.
+so a breakdown of TTFT or TPOT sums to the total (to float rounding, as :func:`total`
+may add the components in another order) and its bound label (compute, memory,
+communication) comes from the same numbers.
 """
 
 from __future__ import annotations
@@ -83,9 +84,17 @@ def settled(part: Part) -> Part:
     return part._replace(**dict(zip(("time", "compute", "memory", "comm"), seconds)))
 
 
-def total(parts: dict[str, Part]) -> Part:
-    """The parts summed field by field."""
-    return add(*parts.values())
+def total(parts: dict[str, Part], last: tuple[str, ...] = ()) -> Part:
+    """The parts summed field by field, left to right in dict order, except that the
+    components named in ``last`` are added at the end (in that order).
+
+    XLA:CPU's cost per point of a fused sum follows the number of operands it reads at
+    the sum's shape: once a component over more axes enters a running sum, every
+    later addition happens at that larger shape. Adding the components that vary over
+    the most axes last keeps the rest of the sum at the few axes it varies along.
+    """
+    order = [k for k in parts if k not in last] + [k for k in last if k in parts]
+    return add(*(parts[k] for k in order))
 
 
 def total_time(parts: dict[str, Part]):
