@@ -7,16 +7,21 @@ Prints, all measured in this run:
   - a per-configuration baseline: the same jitted evaluator called once per point in a
     Python loop, as the one-configuration-per-call peer tools work,
   - the same streamed chunk by chunk into a zarr store (the resumable path),
-  - the output-write floor: allocating and filling arrays of the outputs' sizes.
+  - the output-write floor: allocating and filling arrays of the outputs' sizes,
+  - the in-memory sweep and the floor again in a second process with the other page size
+    for XLA's buffers (glibc's ``glibc.malloc.hugetlb`` tunable, which only a process's
+    starting environment can set; see dse.hugepages), when this system offers both.
 The streaming reduction and its multi-process speed-up: bench_stream.py; against
 llm-analysis: bench_peers.py.
 
-Run: python benchmarks/bench_sweep.py [--points-scale K]
+Run: python benchmarks/bench_sweep.py [--scales N]
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,7 +29,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from dse import grid
+from dse import grid, hugepages
 from dse.evaluate import evaluate
 from dse.io import write_dataset
 from dse.dataset import to_dataset
@@ -62,18 +67,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scales", type=int, default=10, help="length of the hbm_bw_scale axis")
     parser.add_argument("--baseline-points", type=int, default=300)
+    parser.add_argument("--in-memory-only", action="store_true",
+                        help="only the in-memory sweep and the floor (the second process)")
     args = parser.parse_args()
 
     study = parse_study(STUDY.format(scales=args.scales), "<bench>")
     n = study.size
-    print(f"grid: {n:,} points, dims {dict(zip([a.name for a in study.dims], study.shape))}")
+    pages = "huge pages" if hugepages.for_malloc() else "4 KiB pages"
+    chunks = len(grid.plan(study.shape, grid.chunk_budget(study, in_memory=True)))
+    if not args.in_memory_only:
+        print(f"grid: {n:,} points, dims {dict(zip([a.name for a in study.dims], study.shape))}")
+    print(f"XLA's buffers: {pages}; the in-memory sweep evaluates {chunks} chunk(s)")
 
     start = time.perf_counter()
     arrays, deps = grid.run(study)
     print(f"first run (trace + compile + evaluate): {time.perf_counter() - start:.2f} s")
-    t_mem = best_of(lambda: grid.run(study))
+    t_mem = best_of(lambda: grid.run(study), repeat=5)
     out_bytes = sum(a.nbytes for a in arrays.values())
-    print(f"in-memory sweep: {t_mem:.3f} s = {n / t_mem:.3e} points/s "
+    print(f"in-memory sweep (best of 5): {t_mem:.3f} s = {n / t_mem:.3e} points/s "
           f"({out_bytes / 1e9:.2f} GB of outputs)")
 
     def floor():
@@ -83,16 +94,18 @@ def main() -> None:
         for a in arrays.values():
             np.empty(a.shape, a.dtype).fill(0)
 
-    t_floor = best_of(floor)
-    print(f"output-write floor (allocate and fill arrays of the outputs' sizes): "
+    t_floor = best_of(floor, repeat=5)
+    print(f"output-write floor (allocate and fill arrays of the outputs' sizes, best of 5): "
           f"{t_floor:.3f} s = {n / t_floor:.3e} points/s ({out_bytes / t_floor / 1e9:.2f} GB/s); "
           f"sweep / floor = {t_mem / t_floor:.2f}x")
-
+    if args.in_memory_only:
+        return
     # Where the sweep's time goes: the evaluator alone (every chunk computed, its
     # outputs dropped instead of copied into the result arrays), and the CPU time of
     # each against its wall time (XLA:CPU runs independent fusions on both cores).
     models, hardware = grid.tables(study)
-    points = [grid.chunk_point(study, c) for c in grid.plan(study.shape, grid.chunk_budget(study))]
+    points = [grid.chunk_point(study, c)
+              for c in grid.plan(study.shape, grid.chunk_budget(study, in_memory=True))]
 
     def evaluator_alone():
         for p in points:
@@ -112,6 +125,16 @@ def main() -> None:
     print(f"  of which the evaluator alone (chunks computed, outputs dropped): {t_eval:.3f} s "
           f"= {t_eval / t_floor:.2f}x floor, {cpu_eval / wall_eval:.2f} cores busy; "
           f"the sweep keeps {cpu_mem / wall_mem:.2f} cores busy ({cpu_mem:.3f} CPU s)")
+    if hugepages.available():
+        # the other page size for XLA's buffers needs a process started with it
+        env = hugepages.environment()
+        if hugepages.for_malloc():
+            env["GLIBC_TUNABLES"] = env["GLIBC_TUNABLES"].replace(hugepages.SETTING,
+                                                                  hugepages.TUNABLE + "=0")
+        other = subprocess.run([sys.executable, __file__, "--scales", str(args.scales),
+                                "--in-memory-only"], env=env, capture_output=True, text=True,
+                               check=True).stdout
+        print("  in a second process, " + other.strip().replace("\n", "\n    "))
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.nc"

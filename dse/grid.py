@@ -16,11 +16,11 @@ from collections.abc import Iterator
 import jax
 import numpy as np
 
-from . import hardware as hw_mod, model as model_mod
+from . import hardware as hw_mod, hugepages, model as model_mod
 from .evaluate import evaluate
 from .knobs import OPTIMIZERS, RECOMPUTE, fields
 from .outputs import OUTPUTS
-from .study import Study
+from .study import DEFAULT_CHUNK_POINTS, Study
 from .usecases import USECASES
 
 
@@ -261,9 +261,22 @@ def output_shape(study: Study, deps: tuple[str, ...], lead=()) -> tuple[int, ...
     return tuple(lead) + tuple(sizes[d] for d in deps)
 
 
-def chunk_budget(study: Study) -> int:
-    """Grid points per chunk (pipeline mode evaluates every candidate split per point)."""
-    return max(1, study.output.chunk_points // study.evaluation_width)
+ONE_PIECE_POINTS = 1 << 24  # an in-memory sweep's default block with huge pages
+
+
+def chunk_budget(study: Study, in_memory: bool = False) -> int:
+    """Grid points per chunk (pipeline mode evaluates every candidate split per point).
+
+    The study's ``chunk_points``, else 2^22; for an in-memory sweep in a process whose
+    XLA buffers get huge pages (:mod:`dse.hugepages`), 2^24, so that a grid of that size
+    is one evaluation whose outputs are the results (nothing copied).
+    """
+    points = study.output.chunk_points
+    if points is None:
+        points = DEFAULT_CHUNK_POINTS
+        if in_memory and hugepages.for_malloc():
+            points = ONE_PIECE_POINTS
+    return max(1, points // study.evaluation_width)
 
 
 def run_function(study: Study, fn, extra: dict[str, int], deps: dict[str, tuple[str, ...]],
@@ -274,7 +287,7 @@ def run_function(study: Study, fn, extra: dict[str, int], deps: dict[str, tuple[
     depends on (``deps``); blocks are assembled into arrays over those axes.
     """
     models, hardware = tables(study)
-    chunks = plan(study.shape, chunk_budget(study))
+    chunks = plan(study.shape, chunk_budget(study, in_memory=True))
     results: dict[str, np.ndarray] = {}
     iterator: Iterator[Chunk] = iter(chunks)
     if progress is not None:

@@ -41,7 +41,7 @@ class Output:
     path: Path | None
     format: str
     variables: tuple[str, ...] | None  # None: the mode's defaults for the study's features
-    chunk_points: int
+    chunk_points: int | None  # None: the default (dse.grid.chunk_budget)
     compress: bool
     breakdown: bool = False
     reduce: Any = None  # ReduceSpec: stream the grid into a reduction over these groups
@@ -334,8 +334,8 @@ def _parse_output(raw: dict, file: str, mode: str, axes: tuple[str, ...] = ()) -
                 raise InputError(file, "output.variables", f"{v!r} needs the breakdown",
                                  "output.breakdown = true")
         variables = tuple(dict.fromkeys(variables))
-    chunk = out.get("chunk_points", DEFAULT_CHUNK_POINTS)
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+    chunk = out.get("chunk_points")
+    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
         raise InputError(file, "output.chunk_points", f"value {chunk!r} is not valid",
                          "a positive integer")
     compress = out.get("compress", False)
