@@ -269,12 +269,14 @@ def chunk_budget(study: Study, in_memory: bool = False) -> int:
 
     The study's ``chunk_points``, else 2^22; for an in-memory sweep in a process whose
     XLA buffers get huge pages (:mod:`dse.hugepages`), 2^24, so that a grid of that size
-    is one evaluation whose outputs are the results (nothing copied).
+    is one evaluation whose outputs are the results (nothing copied). Not with the
+    breakdown: its 28 values per point and output would make one piece's temporaries
+    several times the results.
     """
     points = study.output.chunk_points
     if points is None:
         points = DEFAULT_CHUNK_POINTS
-        if in_memory and hugepages.for_malloc():
+        if in_memory and not study.output.breakdown and hugepages.for_malloc():
             points = ONE_PIECE_POINTS
     return max(1, points // study.evaluation_width)
 

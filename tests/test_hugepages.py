@@ -71,7 +71,8 @@ def study():
 
 def test_in_memory_sweep_takes_the_grid_in_one_piece_with_huge_pages(study, monkeypatch):
     """Default block: 2^22 points, or 2^24 for an in-memory sweep when XLA's buffers get
-    huge pages; a study's own chunk_points always holds."""
+    huge pages (not with the breakdown's 28 values per point); a study's own
+    chunk_points always holds."""
     assert study.output.chunk_points is None
     for flag, in_memory in ((False, 1 << 22), (True, 1 << 24)):
         monkeypatch.setattr(hugepages, "for_malloc", lambda flag=flag: flag)
@@ -79,6 +80,9 @@ def test_in_memory_sweep_takes_the_grid_in_one_piece_with_huge_pages(study, monk
         assert grid.chunk_budget(study) == 1 << 22  # streamed sweeps keep their blocks
     own = dataclasses.replace(study, output=dataclasses.replace(study.output, chunk_points=999))
     assert grid.chunk_budget(own, in_memory=True) == 999
+    breakdown = dataclasses.replace(study, output=dataclasses.replace(study.output,
+                                                                      breakdown=True))
+    assert grid.chunk_budget(breakdown, in_memory=True) == 1 << 22
 
 
 def test_one_piece_and_chunks_give_the_same_values(study, monkeypatch):

@@ -24,7 +24,7 @@ from .. import grid
 from ..dataset import coords, provenance
 from ..evaluate import take
 from ..outputs import OUTPUTS
-from ..study import Study, load_study
+from ..study import DEFAULT_CHUNK_POINTS, Study, load_study
 from .config import INVERSE, PARAMS, SensitivityConfig, parse_sensitivity
 from .elasticity import EPS, Spec, sensitivities
 from .inverse import required_scale
@@ -64,7 +64,8 @@ def sensitivity(study: Study | str | Path, *, progress=None) -> xr.Dataset:
         study = load_study(study)
     cfg = parse_sensitivity(study)
     # every point is evaluated ~6 x (parameters) times at once: smaller blocks
-    budget = max(1, grid.chunk_budget(study) // (6 * len(cfg.params)))
+    budget = max(1, (study.output.chunk_points or DEFAULT_CHUNK_POINTS)
+                 // (6 * len(cfg.params)))
     study = dataclasses.replace(study, output=dataclasses.replace(study.output, chunk_points=budget))
     spec = Spec(study.mode, cfg.metrics, cfg.params, cfg.delta, EPS[study.dtype], study.features)
     fn = functools.partial(sensitivities, spec=spec)
