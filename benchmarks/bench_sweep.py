@@ -127,10 +127,7 @@ def main() -> None:
           f"the sweep keeps {cpu_mem / wall_mem:.2f} cores busy ({cpu_mem:.3f} CPU s)")
     if hugepages.available():
         # the other page size for XLA's buffers needs a process started with it
-        env = hugepages.environment()
-        if hugepages.for_malloc():
-            env["GLIBC_TUNABLES"] = env["GLIBC_TUNABLES"].replace(hugepages.SETTING,
-                                                                  hugepages.TUNABLE + "=0")
+        env = hugepages.environment(on=not hugepages.for_malloc())
         other = subprocess.run([sys.executable, __file__, "--scales", str(args.scales),
                                 "--in-memory-only"], env=env, capture_output=True, text=True,
                                check=True).stdout

@@ -77,14 +77,15 @@ def for_malloc() -> bool:
 
 def available() -> bool:
     """Whether a process started with :data:`SETTING` would get them (see :func:`for_malloc`)."""
-    return thp_mode() == "always" or (thp_mode() == "madvise" and _glibc_supports_tunable())
+    mode = thp_mode()
+    return mode == "always" or (mode == "madvise" and _glibc_supports_tunable())
 
 
-def environment(env: dict[str, str] | None = None) -> dict[str, str]:
-    """``env`` (default: this process's) with :data:`SETTING` added to ``GLIBC_TUNABLES``,
-    for starting a process that gets huge pages."""
+def environment(env: dict[str, str] | None = None, on: bool = True) -> dict[str, str]:
+    """``env`` (default: this process's) with ``GLIBC_TUNABLES`` asking for huge pages
+    (:data:`SETTING`), or with ``on=False`` for none, for starting a process."""
     env = dict(os.environ if env is None else env)
     items = [i for i in env.get("GLIBC_TUNABLES", "").split(":")
              if i and not i.startswith(TUNABLE + "=")]
-    env["GLIBC_TUNABLES"] = ":".join([*items, SETTING])
+    env["GLIBC_TUNABLES"] = ":".join([*items, f"{TUNABLE}={int(on)}"])
     return env

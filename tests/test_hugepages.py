@@ -58,8 +58,7 @@ def _probe(env) -> str:
                     reason="needs glibc >= 2.35 and transparent huge pages on madvise")
 def test_a_process_started_with_the_setting_has_them():
     """glibc reads the tunable from the environment a process starts with."""
-    on = hugepages.environment()
-    off = dict(on, GLIBC_TUNABLES="glibc.malloc.hugetlb=0")
+    on, off = hugepages.environment(), hugepages.environment(on=False)
     assert (_probe(on), _probe(off)) == ("True", "False")
 
 
