@@ -77,11 +77,14 @@ def computed_once(*arrays):
     return jax.lax.optimization_barrier(arrays)
 
 
-def settled(part: Part) -> Part:
-    """``part`` with its seconds (time and the compute, memory, comm sides) computed once
-    (:func:`computed_once`); FLOPs and bytes stay fusible."""
-    seconds = computed_once(part.time, part.compute, part.memory, part.comm)
-    return part._replace(**dict(zip(("time", "compute", "memory", "comm"), seconds)))
+SECONDS = ("time", "compute", "memory", "comm")
+
+
+def settled(part: Part, fields: tuple[str, ...] = SECONDS) -> Part:
+    """``part`` with its seconds (by default the time and the compute, memory, comm
+    sides) computed once (:func:`computed_once`); FLOPs and bytes stay fusible."""
+    seconds = computed_once(*(getattr(part, f) for f in fields))
+    return part._replace(**dict(zip(fields, seconds)))
 
 
 def total(parts: dict[str, Part], last: tuple[str, ...] = ()) -> Part:
