@@ -74,10 +74,10 @@ def main() -> None:
     study = parse_study(STUDY.format(scales=args.scales), "<bench>")
     n = study.size
     pages = "huge pages" if hugepages.for_malloc() else "4 KiB pages"
-    chunks = len(grid.plan(study.shape, grid.chunk_budget(study, in_memory=True)))
+    chunks = grid.plan(study.shape, grid.chunk_budget(study, in_memory=True))  # as grid.run
     if not args.in_memory_only:
         print(f"grid: {n:,} points, dims {dict(zip([a.name for a in study.dims], study.shape))}")
-    print(f"XLA's buffers: {pages}; the in-memory sweep evaluates {chunks} chunk(s)")
+    print(f"XLA's buffers: {pages}; the in-memory sweep evaluates {len(chunks)} chunk(s)")
 
     start = time.perf_counter()
     arrays, deps = grid.run(study)
@@ -104,8 +104,7 @@ def main() -> None:
     # outputs dropped instead of copied into the result arrays), and the CPU time of
     # each against its wall time (XLA:CPU runs independent fusions on both cores).
     models, hardware = grid.tables(study)
-    points = [grid.chunk_point(study, c)
-              for c in grid.plan(study.shape, grid.chunk_budget(study, in_memory=True))]
+    points = [grid.chunk_point(study, c) for c in chunks]
 
     def evaluator_alone():
         for p in points:
