@@ -13,14 +13,15 @@ import jax
 import jax.numpy as jnp
 
 from . import staging
-from .formulas.attention import Precision
-from .formulas.inference import Power, Speculation, Workload, inference
+from .core.fusion import XLA_CPU
+from .formulas.inference import inference
 from .formulas.operators import stored_bits
-from .formulas.roofline import Rates, compute_width, peak_at_width
-from .formulas.training import Bits, Job, Layout, Schedule, training
-from .formulas.transformer import Options, Parallel
-from .hardware import HardwareSpec
 from .formulas.pipeline import pipeline
+from .formulas.roofline import compute_width, peak_at_width
+from .formulas.training import training
+from .formulas.types import (Bits, Job, Layout, Options, Parallel, Power, Precision, Rates,
+                             Schedule, Speculation, Workload)
+from .hardware import HardwareSpec
 from .knobs import InferencePoint, PipelinePoint, TrainingPoint
 from .model import ModelSpec
 from .outputs import OUTPUTS, REASON_BITS
@@ -42,15 +43,15 @@ def achieved_rates(hw: HardwareSpec, point, weight_bits, kv_bits, act_bits) -> R
     link = point.link_bw_scale * point.link_efficiency * hw.link_efficiency
     peaks = (hw.flops_per_s_4, hw.flops_per_s_8, hw.flops_per_s_16, hw.flops_per_s_32)
     return Rates(
-        gemm=peak_at_width(compute_width(jnp.maximum(weight_bits, act_bits)), *peaks) * compute
-        * hw.gemm_efficiency,
-        attention=peak_at_width(compute_width(jnp.maximum(act_bits, kv_bits)), *peaks) * compute
-        * hw.attention_efficiency,
-        vector=hw.flops_per_s_32 * compute,
-        hbm_bw=hw.hbm_bw_bytes_per_s * point.hbm_bw_scale * point.hbm_efficiency
+        gemm_flops_per_s=peak_at_width(compute_width(jnp.maximum(weight_bits, act_bits)), *peaks)
+        * compute * hw.gemm_efficiency,
+        attention_flops_per_s=peak_at_width(compute_width(jnp.maximum(act_bits, kv_bits)),
+                                            *peaks) * compute * hw.attention_efficiency,
+        vector_flops_per_s=hw.flops_per_s_32 * compute,
+        hbm_bw_bytes_per_s=hw.hbm_bw_bytes_per_s * point.hbm_bw_scale * point.hbm_efficiency
         * hw.hbm_efficiency,
-        intra_bw=hw.intra_bw_bytes_per_s * link, intra_latency=hw.intra_latency_s,
-        inter_bw=hw.inter_bw_bytes_per_s * link, inter_latency=hw.inter_latency_s,
+        intra_bw_bytes_per_s=hw.intra_bw_bytes_per_s * link, intra_latency_s=hw.intra_latency_s,
+        inter_bw_bytes_per_s=hw.inter_bw_bytes_per_s * link, inter_latency_s=hw.inter_latency_s,
         devices_per_node=hw.devices_per_node, gemm_half_rows=hw.gemm_half_rows,
         layer_overhead_s=hw.layer_overhead_s)
 
@@ -112,8 +113,8 @@ def _evaluate_inference(p: InferencePoint, models: ModelSpec, hardware: Hardware
         Parallel(p.tp, p.pp, p.dp, p.ep), precision,
         Options(p.flash_attention, p.lora_rank, p.lora_adapters),
         Speculation(draft, p.draft_len, p.acceptance_rate),
-        Power(hw.tdp_w, hw.price_usd_per_s * price_scale(p), p.power_static, p.power_compute, p.power_memory,
-              p.power_network), features, names)
+        Power(hw.tdp_w, hw.price_usd_per_s * price_scale(p), p.power_static, p.power_compute,
+              p.power_memory, p.power_network), features, names, XLA_CPU)
     out["reason"] = inference_reasons(m, p, out["fits"], draft)
     out["valid"] = out["reason"] == 0
     return out
@@ -158,7 +159,7 @@ def _evaluate_training(p: TrainingPoint, models: ModelSpec, hardware: HardwareSp
         Layout(p.tp, p.pp, dp, p.ep, p.cp, p.virtual_stages, p.sequence_parallel),
         Bits(p.weight_bits, p.grad_bits, p.master_weight_bits, p.act_bits, p.optimizer),
         Schedule(p.zero_stage, p.recompute, p.flash_attention, p.dropout, p.tp_overlap,
-                 p.dp_overlap, p.pp_overlap), features, names)
+                 p.dp_overlap, p.pp_overlap), features, names, XLA_CPU)
     out["reason"] = training_reasons(m, p, dp, global_batch, out["fits"])
     out["valid"] = out["reason"] == 0
     return out
@@ -179,7 +180,7 @@ def _evaluate_pipeline(p: PipelinePoint, models: ModelSpec, spec, features: froz
     pl = jax.tree_util.tree_map(lead, p)
     m = take(models, pl.model)
     hw = jax.tree_util.tree_map(per(n_stages), spec.hardware)
-    links = jax.tree_util.tree_map(per(spec.links.bw.shape[0]), spec.links)
+    links = jax.tree_util.tree_map(per(spec.links.bw_bytes_per_s.shape[0]), spec.links)
     shape = (spec.candidates.shape[0],) + (1,) * rank
     candidates = jnp.reshape(spec.candidates, (shape[0], n_stages) + shape[1:])
     candidate_ok = jnp.reshape(spec.candidate_layers, (shape[0], 1) + shape[1:]) == m.n_layers
@@ -188,10 +189,10 @@ def _evaluate_pipeline(p: PipelinePoint, models: ModelSpec, spec, features: froz
     rates = achieved_rates(hw, pl, pl.weight_bits, pl.kv_bits, pl.act_bits)
     capacity = hw.memory_bytes * pl.memory_scale * (1.0 - pl.memory_reserve)
     objective = next(f.split(":", 1)[1] for f in features if f.startswith("objective:"))
-    out = pipeline(m, hw, rates, links, capacity, candidates, candidate_ok, pl.batch,
+    out = pipeline(m, rates, links, capacity, candidates, candidate_ok, pl.batch,
                    pl.input_len, pl.output_len, precision, pl.flash_attention,
                    pl.link_bw_scale, (pl.target_tpot_s[0, 0], pl.target_ttft_s[0, 0]),
-                   pl.comm_share[0, 0], features, objective)
+                   pl.comm_share[0, 0], features, objective, XLA_CPU)
     m0 = take(models, p.model)
     out["reason"] = _reason_code([
         (float(n_stages) > m0.n_layers, "pp_exceeds_layers"),

@@ -15,51 +15,7 @@ import jax
 import numpy as np
 
 from .errors import InputError, suggest
-
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class ModelSpec:
-    """Decoder-only transformer architecture, every field a number (or array of them).
-
-    Notation follows the scaling-book: L layers, D model width, N query heads, K kv
-    heads, H head dim, F MLP width, V vocabulary.
-    """
-
-    n_layers: Any
-    d_model: Any
-    n_heads: Any
-    n_kv_heads: Any
-    head_dim: Any  # query/key head dim (standard attention)
-    d_ff: Any  # dense MLP width
-    vocab_size: Any
-    max_seq_len: Any
-    tied_embeddings: Any  # 1: the LM head reuses the embedding table
-    mlp_matrices: Any  # 3 for gated MLPs (gate, up, down), 2 for plain (up, down)
-    norm_params: Any  # parameters per element of a norm: 1 RMSNorm, 2 LayerNorm
-    norms_per_layer: Any  # 2 (pre-attention, pre-MLP); Gemma-2 has 4
-    qkv_bias: Any
-    linear_bias: Any  # bias on every linear layer (GPT-3, OPT)
-    qk_norm: Any  # per-head RMSNorm on q and k (Qwen3)
-    learned_pos_rows: Any  # rows of a learned position table (0 for RoPE/ALiBi)
-    # Mixture of experts (n_experts = 0: dense)
-    n_experts: Any
-    top_k: Any
-    d_ff_expert: Any
-    n_shared_experts: Any
-    n_dense_layers: Any  # leading layers with a dense MLP in an MoE model
-    # Multi-head latent attention (kv_lora_rank = 0: standard attention)
-    q_lora_rank: Any
-    kv_lora_rank: Any
-    qk_nope_head_dim: Any
-    qk_rope_head_dim: Any
-    v_head_dim: Any
-    # Sliding-window attention (sliding_window = 0: full attention)
-    sliding_window: Any
-    sliding_window_layers: Any  # fraction of layers that use the window
-
-    def astype(self, dtype) -> "ModelSpec":
-        return jax.tree_util.tree_map(lambda x: np.asarray(x, dtype=dtype), self)
+from .formulas.types import ModelSpec
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(ModelSpec))

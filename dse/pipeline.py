@@ -28,7 +28,7 @@ import numpy as np
 
 from . import catalogue
 from .errors import InputError, suggest
-from .formulas.pipeline import Links
+from .formulas.types import Links
 from .hardware import HardwareCard, HardwareSpec, stack
 
 KEYS = {"objective", "loop", "stages", "link", "links", "compression"}

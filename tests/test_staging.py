@@ -147,15 +147,15 @@ def test_phase_sums_add_the_sequence_length_components_last(bench_like, monkeypa
     """In a decode step only attention varies with the sequence lengths (and it and
     kv_cache with the KV precision): summed last, the other components add at their own
     shape and the sums over the whole grid take a few additions instead of one per
-    component (parts.total's ``last``; counted in the evaluator's program)."""
+    component (Hints.sum_last; counted in the evaluator's program)."""
     study = bench_like
     models, hardware = grid.tables(study)
     point = grid.chunk_point(study, grid.plan(study.shape, study.size)[0])
-    inference = sys.modules["dse.formulas.inference"]
-    assert inference.SUM_LAST == ("kv_cache", "attention")
+    hints = evaluate_module.XLA_CPU
+    assert hints.sum_last == ("kv_cache", "attention")
 
     def grid_sized_adds(last):
-        monkeypatch.setattr(inference, "SUM_LAST", last)
+        monkeypatch.setattr(evaluate_module, "XLA_CPU", hints._replace(sum_last=last))
         fn = functools.partial(evaluate_module.evaluate.__wrapped__, mode=study.mode,
                                names=("tpot_s",), features=study.features)
         count = 0

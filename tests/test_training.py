@@ -14,7 +14,8 @@ import pytest
 
 from dse.catalogue import load_hardware, load_model
 from dse.formulas import params as P
-from dse.formulas.training import Bits, Layout, Schedule, layer_activation_bytes
+from dse.formulas.training import layer_activation_bytes
+from dse.formulas.types import Bits, Layout, Schedule
 from dse.study import load_study, parse_study
 from dse.sweep import sweep
 from tests.conftest import STUDIES

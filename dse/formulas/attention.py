@@ -23,36 +23,8 @@ from typing import Any, Callable, NamedTuple
 
 import jax.numpy as jnp
 
-from ..model import ModelSpec
 from . import operators as op
-from .params import Shard
-from .roofline import Cost
-
-
-class Precision(NamedTuple):
-    weight_bits: Any  # stored bits per weight, quantization scales included
-    kv_bits: Any  # stored bits per KV-cache element, scales included
-    act_bits: Any
-
-
-class Pass(NamedTuple):
-    phase: str  # "prefill" | "decode" | "verify" (static)
-    seqs: Any
-    new: Any
-    lo: Any
-    hi: Any
-    repeat: Any = 1.0
-
-    def prior(self, x):
-        if self.phase == "prefill":
-            return x * self.new
-        if self.phase == "decode":
-            return x - 1.0
-        return x
-
-    @property
-    def tokens(self):
-        return self.seqs * self.new
+from .types import Cost, ModelSpec, Pass, Precision, Shard
 
 
 def select(condition, a: Cost, b: Cost) -> Cost:

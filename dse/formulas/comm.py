@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .roofline import Rates
+from .types import Rates
 
 
 def members_per_node(group, stride, rates: Rates):
@@ -32,9 +32,10 @@ def _two_level(bytes_, group, rates: Rates, phases, stride=1.0):
     """``phases`` = 2 for all-reduce, 1 for reduce-scatter or all-gather."""
     inner = members_per_node(group, stride, rates)
     nodes = jnp.ceil(group / inner)
-    intra = phases * (inner - 1.0) * (bytes_ / inner / rates.intra_bw + rates.intra_latency)
-    inter = phases * (nodes - 1.0) * (bytes_ / inner / nodes / rates.inter_bw
-                                      + rates.inter_latency)
+    intra = phases * (inner - 1.0) * (bytes_ / inner / rates.intra_bw_bytes_per_s
+                                      + rates.intra_latency_s)
+    inter = phases * (nodes - 1.0) * (bytes_ / inner / nodes / rates.inter_bw_bytes_per_s
+                                      + rates.inter_latency_s)
     return intra + inter
 
 
@@ -68,8 +69,8 @@ def pipeline_hops(pp, tp, rates: Rates):
 def pipeline_transfer_s(bytes_, pp, tp, rates: Rates):
     """Seconds for one activation tensor of ``bytes_`` to cross all pp - 1 stage boundaries."""
     intra, inter = pipeline_hops(pp, tp, rates)
-    return (intra * (rates.intra_latency + bytes_ / rates.intra_bw)
-            + inter * (rates.inter_latency + bytes_ / rates.inter_bw))
+    return (intra * (rates.intra_latency_s + bytes_ / rates.intra_bw_bytes_per_s)
+            + inter * (rates.inter_latency_s + bytes_ / rates.inter_bw_bytes_per_s))
 
 
 def all_to_all_s(bytes_, group, rates: Rates):
@@ -80,8 +81,8 @@ def all_to_all_s(bytes_, group, rates: Rates):
     peer's send together); one latency per kind of link used.
     """
     inner = jnp.minimum(group, rates.devices_per_node)
-    intra = bytes_ * (inner - 1.0) / group / rates.intra_bw
-    inter = bytes_ * (group - inner) / group / rates.inter_bw
-    latency = (jnp.where(inner > 1.0, rates.intra_latency, 0.0)
-               + jnp.where(group > inner, rates.inter_latency, 0.0))
+    intra = bytes_ * (inner - 1.0) / group / rates.intra_bw_bytes_per_s
+    inter = bytes_ * (group - inner) / group / rates.inter_bw_bytes_per_s
+    latency = (jnp.where(inner > 1.0, rates.intra_latency_s, 0.0)
+               + jnp.where(group > inner, rates.inter_latency_s, 0.0))
     return jnp.where(group > 1.0, jnp.maximum(intra, inter) + latency, 0.0)

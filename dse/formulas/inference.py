@@ -10,8 +10,9 @@ engines; GPipe-style fill for prefill):
 
 T_all is the time of all layers and ends, T_stage that of the heaviest stage. Each is
 a sum of parts (roofline-timed operators and communication) by component, so the
-breakdown sums to TTFT and TPOT (to float rounding: the totals add attention and
-kv_cache last, :data:`SUM_LAST`). Communication is not overlapped with compute.
+breakdown sums to TTFT and TPOT (to float rounding: the program may add some
+components last, :class:`~dse.formulas.types.Hints`). Communication is not overlapped
+with compute.
 
 Prefill runs in n = ceil(input_len / prefill_chunk) equal chunks (n = 1 when chunking
 is off); chunk j attends to the j earlier chunks. TPOT is the mean decode step over the
@@ -26,57 +27,24 @@ E = (1 - a^(k+1)) / (1 - a) (their Eq. 1), so TPOT = (k T_draft + T_verify) / E.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-
 import jax.numpy as jnp
 
-from ..model import ModelSpec
-from . import comm, memory, params as P, parts
-from .attention import Pass, Precision
-from .roofline import Rates
-from .transformer import Options, Parallel, end_parts, layer_parts
+from . import comm, memory, params, parts
+from .transformer import end_parts, layer_parts
+from .types import (PLAIN, Hints, ModelSpec, Options, Parallel, Pass, Power, Precision, Rates,
+                    Speculation, Workload)
 
 COMPONENTS = ("embedding", "norms", "qkv_proj", "attention", "o_proj", "kv_cache", "mlp", "moe",
               "lora", "lm_head", "tp_comm", "pp_comm", "ep_comm", "overhead")
-SIDES = ("compute", "memory", "comm")  # a decode side's seconds computed once (_step)
-# added last in a phase's sum (parts.total): in a decode step only attention varies with
-# the sequence lengths and only it and kv_cache with the KV precision, so the other
-# twelve sum over model x device x batch x parallelism x weight bits x rate scales (1/48
-# of bench_sweep's grid) and the grid-sized kernel adds three operands instead of 14
-SUM_LAST = ("kv_cache", "attention")
+SIDES = ("compute_s", "memory_s", "comm_s")  # a decode side's seconds energy reads (_step)
 PHASES = ("prefill", "decode")
 
 
-class Workload(NamedTuple):
-    batch: Any
-    input_len: Any
-    output_len: Any
-    prefill_chunk: Any  # tokens per prefill chunk; 0: the whole prompt at once
-
-
-class Power(NamedTuple):
-    """Device power model of GenZ (GenZ/power.py): TDP split into a static share and
-    compute, memory and network shares drawn in proportion to their utilization."""
-
-    tdp_w: Any
-    price_usd_per_s: Any
-    static: Any
-    compute: Any
-    memory: Any
-    network: Any
-
-
-class Speculation(NamedTuple):
-    draft: ModelSpec | None
-    draft_len: Any
-    acceptance_rate: Any
-
-
-def _pass_parts(m, s, p, ps: Pass, rates, par: Parallel, o: Options, features):
+def _pass_parts(m, s, p, ps: Pass, rates, par: Parallel, o: Options, features, hints):
     """(all layers and ends, heaviest stage) parts of one forward pass."""
-    dense, moe = layer_parts(m, s, p, ps, rates, par, o, features)
+    dense, moe = layer_parts(m, s, p, ps, rates, par, o, features, hints)
     first, last = end_parts(m, s, p, ps, rates, par.tp)
-    n_dense, n_moe = P.layer_counts(m)
+    n_dense, n_moe = params.layer_counts(m)
     _, dense_stage, moe_stage = memory.stage_layers(m, par.pp)
     per_chunk = {"norms": last.pop("norms")}
     total = [(n_dense * ps.repeat, dense), (ps.repeat, first), (ps.repeat, per_chunk), (1.0, last)]
@@ -89,105 +57,106 @@ def _pass_parts(m, s, p, ps: Pass, rates, par: Parallel, o: Options, features):
     return total, stage
 
 
-def _prefill(m, s, p, w: Workload, b, micro, rates, par, o, features):
+def _prefill(m, s, p, w: Workload, b, micro, rates, par, o, features, hints):
     chunks = jnp.where(w.prefill_chunk > 0.0, jnp.ceil(w.input_len / jnp.maximum(w.prefill_chunk, 1.0)), 1.0)
     size = w.input_len / chunks
     ps = Pass("prefill", b, size, 0.0, chunks - 1.0, chunks)
-    total, stage = _pass_parts(m, s, p, ps, rates, par, o, features)
+    total, stage = _pass_parts(m, s, p, ps, rates, par, o, features, hints)
     hops = chunks * comm.pipeline_transfer_s(b * size * m.d_model * p.act_bits / 8.0, par.pp,
                                              par.tp, rates)
     out = parts.combine([(1.0, total), (micro - 1.0, stage)])
     out["pp_comm"] = parts.comm(hops)
-    return out, parts.total(out, SUM_LAST), size
+    return out, parts.total(out, hints), size
 
 
-def _step(m, s, p, ps: Pass, micro, rates, par, o, features):
+def _step(m, s, p, ps: Pass, micro, rates, par, o, features, hints):
     """A decode-like pass through the pipeline: the traversal or the busiest stage binds.
 
     Returns its parts and their sum. The sum is the binding side's sum (equal to the
     sum of the selected parts), so that only the two sides' sums are full-grid chains.
+    Each side's time is a few additions of components computed at their own shapes;
+    only the compute, memory and comm seconds that energy reads are marked
+    ``hints.once``.
     """
-    total, stage = _pass_parts(m, s, p, ps, rates, par, o, features)
+    total, stage = _pass_parts(m, s, p, ps, rates, par, o, features, hints)
     hop = comm.pipeline_transfer_s(ps.tokens * m.d_model * p.act_bits / 8.0, par.pp, par.tp, rates)
     traversal = dict(total, pp_comm=parts.comm(hop))
     cycle = parts.combine([(micro, stage)])
-    # Each side's time is a few additions at the grid's shape (its components are
-    # computed at their own shapes), cheaper to redo in the two kernels that read it
-    # (TPOT, energy) than to write to memory and read back: only the compute, memory
-    # and comm seconds energy reads are computed once. Evaluator CPU on bench_sweep's
-    # grid 120 -> 102-104 ms (one process, 30 runs each), values bit-identical.
-    sums = (parts.settled(parts.total(traversal, SUM_LAST), SIDES),
-            parts.settled(parts.total(cycle, SUM_LAST), SIDES))
-    binds = sums[0].time >= sums[1].time
+    sums = (parts.settled(parts.total(traversal, hints), hints, SIDES),
+            parts.settled(parts.total(cycle, hints), hints, SIDES))
+    binds = sums[0].time_s >= sums[1].time_s
     step = {k: parts.where(binds, traversal.get(k, parts.ZERO), cycle.get(k, parts.ZERO))
             for k in dict.fromkeys([*traversal, *cycle])}
     return step, parts.where(binds, *sums)
 
 
-def _decode(m, s, p, w: Workload, b, micro, rates, par, o, features, spec: Speculation):
+def _decode(m, s, p, w: Workload, b, micro, rates, par, o, features, hints,
+            spec: Speculation):
     lo = w.input_len + 1.0
     hi = w.input_len + jnp.maximum(w.output_len - 1.0, 1.0)
     plain, plain_sum = _step(m, s, p, Pass("decode", b, 1.0, lo, hi), micro, rates, par, o,
-                             features)
+                             features, hints)
     if spec.draft is None:
         return plain, plain_sum, 1.0
     k, a = spec.draft_len, spec.acceptance_rate
-    sd = P.shard(spec.draft, par.tp)
+    sd = params.shard(spec.draft, par.tp)
     draft_par = Parallel(par.tp, 1.0, par.dp, 1.0)
     draft, _ = _pass_parts(spec.draft, sd, p, Pass("decode", b, 1.0, lo, hi), rates,
-                           draft_par, o, features)
+                           draft_par, o, features, hints)
     middle = (lo + hi) / 2.0 - 1.0
     verify, verify_sum = _step(m, s, p, Pass("verify", b, k + 1.0, middle, middle), micro,
-                               rates, par, o, features)
+                               rates, par, o, features, hints)
     sure = a >= 1.0
     tokens = jnp.where(sure, k + 1.0, (1.0 - a ** (k + 1.0)) / jnp.where(sure, 1.0, 1.0 - a))
     speculative = parts.combine([(k / tokens, draft), (1.0 / tokens, verify)])
     on = k > 0.0
     merged = {c: parts.where(on, speculative.get(c, parts.ZERO), plain.get(c, parts.ZERO))
               for c in dict.fromkeys([*plain, *speculative])}
-    speculative_sum = parts.add(parts.scale(parts.total(draft, SUM_LAST), k / tokens),
+    speculative_sum = parts.add(parts.scale(parts.total(draft, hints), k / tokens),
                                 parts.scale(verify_sum, 1.0 / tokens))
     return merged, parts.where(on, speculative_sum, plain_sum), jnp.where(on, 1.0 / tokens, 1.0)
 
 
-def _timings(m, s, p, w: Workload, rates, par, o, features, spec):
+def _timings(m, s, p, w: Workload, rates, par, o, features, hints, spec):
     micro = jnp.minimum(par.pp, w.batch)
     b = w.batch / micro
-    prefill, prefill_sum, chunk = _prefill(m, s, p, w, b, micro, rates, par, o, features)
+    prefill, prefill_sum, chunk = _prefill(m, s, p, w, b, micro, rates, par, o, features, hints)
     decode, decode_sum, steps_per_token = _decode(m, s, p, w, b, micro, rates, par, o,
-                                                  features, spec)
-    # what every full-grid output derives from, computed once (parts.computed_once)
-    prefill_sum = parts.settled(prefill_sum)  # its time is TTFT
-    ttft, (tpot,) = prefill_sum.time, parts.computed_once(decode_sum.time)
+                                                  features, hints, spec)
+    # what every full-grid output derives from
+    prefill_sum = parts.settled(prefill_sum, hints)  # its time is TTFT
+    ttft, (tpot,) = prefill_sum.time_s, hints.once(decode_sum.time_s)
     e2e = ttft + (w.output_len - 1.0) * tpot
     return dict(prefill=prefill, decode=decode, prefill_sum=prefill_sum, decode_sum=decode_sum,
                 ttft=ttft, tpot=tpot, e2e=e2e, chunk=chunk, micro=micro,
                 steps_per_token=steps_per_token)
 
 
-def _model_flops(m, p, seqs, ps_new, lo, hi, phase, rates, o, features):
+def _model_flops(m, p, seqs, ps_new, lo, hi, phase, rates, o, features, hints):
     """FLOPs of one pass of the whole model (no sharding, no replication)."""
     ps = Pass(phase, seqs, ps_new, lo, hi, 1.0)
-    total, _ = _pass_parts(m, P.whole(m), p, ps, rates, Parallel(1.0, 1.0, 1.0, 1.0), o, features)
+    total, _ = _pass_parts(m, params.whole(m), p, ps, rates, Parallel(1.0, 1.0, 1.0, 1.0), o,
+                           features, hints)
     return sum(part.flops for part in total.values())
 
 
 def inference(m: ModelSpec, rates: Rates, capacity, w: Workload, par: Parallel, p: Precision,
               o: Options, spec: Speculation, power: Power, features: frozenset,
-              names: frozenset) -> dict:
+              names: frozenset, hints: Hints = PLAIN) -> dict:
     """Every inference output of one deployment; array arguments broadcast.
 
     ``features`` (static) switches on model and serving features the study uses
     (moe, mla, window, lora, speculative); ``names`` (static) the optional outputs.
-    ``capacity`` is the usable device memory (reserve already taken off).
+    ``capacity`` is the usable device memory (reserve already taken off); ``hints``
+    (static) how the running program wants its shared values computed.
 
     Energy per device over a request batch is TDP x (static x e2e + compute x C +
     memory x M + network x N), where C, M, N are the seconds the operators' arithmetic,
     memory traffic and communication would take alone: summing GenZ's per-operator
     latency x utilization. Idle pipeline stages draw the static share.
     """
-    s = P.shard(m, par.tp)
-    t = _timings(m, s, p, w, rates, par, o, features, spec)
+    s = params.shard(m, par.tp)
+    t = _timings(m, s, p, w, rates, par, o, features, hints, spec)
     mla = "mla" in features
 
     # memory per device = fixed + batch x per_seq + micro-batch x per_micro_seq
@@ -198,7 +167,7 @@ def inference(m: ModelSpec, rates: Rates, capacity, w: Workload, par: Parallel, 
         weights = weights + memory.lora_params_per_device(m, s, par.pp, o.lora_rank,
                                                           o.lora_adapters) * 2.0
     if spec.draft is not None:
-        sd = P.shard(spec.draft, par.tp)
+        sd = params.shard(spec.draft, par.tp)
         on = spec.draft_len > 0.0
         draft_par = Parallel(par.tp, 1.0, par.dp, 1.0)
         weights = weights + jnp.where(on, memory.weight_params_per_device(
@@ -220,13 +189,15 @@ def inference(m: ModelSpec, rates: Rates, capacity, w: Workload, par: Parallel, 
     def seconds(field):
         return getattr(t["prefill_sum"], field) + steps * getattr(t["decode_sum"], field)
 
-    joules = power.tdp_w * (power.static * t["e2e"] + power.compute * seconds("compute")
-                            + power.memory * seconds("memory") + power.network * seconds("comm"))
+    joules = power.tdp_w * (power.static_share * t["e2e"]
+                            + power.compute_share * seconds("compute_s")
+                            + power.memory_share * seconds("memory_s")
+                            + power.network_share * seconds("comm_s"))
 
     decode_ctx = w.input_len + jnp.maximum(w.output_len, 2.0) / 2.0
     out = dict(
-        n_params=P.total_params(m),
-        n_params_active=P.active_params(m),
+        n_params=params.total_params(m),
+        n_params_active=params.active_params(m),
         n_devices=n_devices,
         weight_bytes=weights,
         kv_cache_bytes=kv_bytes,
@@ -241,9 +212,9 @@ def inference(m: ModelSpec, rates: Rates, capacity, w: Workload, par: Parallel, 
         max_batch_total_tokens=jnp.maximum(jnp.floor(room / memory.kv_cache_bytes(
             m, s, p, par.pp, 1.0, 1.0, mla)), 0.0),
         prefill_flops=_model_flops(m, p, w.batch, w.input_len, 0.0, 0.0, "prefill", rates, o,
-                                   features),
+                                   features, hints),
         decode_flops=_model_flops(m, p, w.batch, 1.0, decode_ctx, decode_ctx, "decode", rates, o,
-                                  features),
+                                  features, hints),
         ttft_s=t["ttft"],
         tpot_s=t["tpot"],
         e2e_s=t["e2e"],
@@ -255,7 +226,8 @@ def inference(m: ModelSpec, rates: Rates, capacity, w: Workload, par: Parallel, 
     )
     if "serving_throughput_tok_s" in names:
         best = jnp.maximum(out["max_batch"], 1.0)
-        at_best = _timings(m, s, p, w._replace(batch=best), rates, par, o, features, spec)
+        at_best = _timings(m, s, p, w._replace(batch=best), rates, par, o, features, hints,
+                           spec)
         steady = par.dp * best * w.output_len / (at_best["ttft"] + w.output_len * at_best["tpot"])
         out["serving_throughput_tok_s"] = jnp.where(out["max_batch"] >= 1.0, steady, 0.0)
     if "breakdown" in features:
@@ -266,21 +238,16 @@ def inference(m: ModelSpec, rates: Rates, capacity, w: Workload, par: Parallel, 
     return out
 
 
-def _bound(time, compute, memory, comm):
-    """0 compute, 1 memory, 2 communication, 3 absent (the component_bound codes)."""
-    return jnp.where(time > 0.0, jnp.where(comm > 0.0, 2, jnp.where(compute >= memory, 0, 1)), 3)
-
-
 def _signature(phase: dict):
     """Every component's binding roof in one integer: sum_i code_i 4^i (28 bits)."""
-    codes = [_bound(p.time, p.compute, p.memory, p.comm) for p in
+    codes = [parts.bound_code(p.time_s, p.compute_s, p.memory_s, p.comm_s) for p in
              (phase.get(c, parts.ZERO) for c in COMPONENTS)]
     return sum(jnp.asarray(code, jnp.uint32) * jnp.uint32(4 ** i) for i, code in enumerate(codes))
 
 
 def _breakdown(prefill: dict, decode: dict) -> dict:
     """component_{s,flops,bytes,bound} over (phase, component) leading axes."""
-    fields = ("time", "flops", "bytes", "compute", "memory", "comm")
+    fields = ("time_s", "flops", "bytes", "compute_s", "memory_s", "comm_s")
     table = {f: [[getattr(ph.get(c, parts.ZERO), f) for c in COMPONENTS] for ph in (prefill, decode)]
              for f in fields}
     shape = jnp.broadcast_shapes(*(jnp.shape(x) for rows in table.values() for r in rows for x in r))
@@ -288,7 +255,8 @@ def _breakdown(prefill: dict, decode: dict) -> dict:
     def stack(f):
         return jnp.stack([jnp.stack([jnp.broadcast_to(x, shape) for x in r]) for r in table[f]])
 
-    time, compute, mem, comm_s = stack("time"), stack("compute"), stack("memory"), stack("comm")
-    bound = _bound(time, compute, mem, comm_s).astype(jnp.uint8)
+    time, compute, mem, comm_s = (stack("time_s"), stack("compute_s"), stack("memory_s"),
+                                  stack("comm_s"))
+    bound = parts.bound_code(time, compute, mem, comm_s).astype(jnp.uint8)
     return dict(component_s=time, component_flops=stack("flops"), component_bytes=stack("bytes"),
                 component_bound=bound)

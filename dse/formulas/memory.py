@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from ..model import ModelSpec
-from . import params as P
-from .attention import Precision, kv_bytes_per_token
-from .params import Shard
-from .transformer import Parallel, expert_layout
+from . import params
+from .attention import kv_bytes_per_token
+from .transformer import expert_layout
+from .types import ModelSpec, Parallel, Precision, Shard
 
 
 def stage_layers(m: ModelSpec, pp):
     """(layers, dense-MLP layers, MoE layers) of the heaviest pipeline stage."""
     n_stage = jnp.ceil(m.n_layers / pp)
-    _, n_moe = P.layer_counts(m)
+    _, n_moe = params.layer_counts(m)
     moe_stage = jnp.minimum(n_stage, n_moe)
     return n_stage, n_stage - moe_stage, moe_stage
 
@@ -36,10 +35,10 @@ def moe_params_per_device(m: ModelSpec, s: Shard, par: Parallel):
 def weight_params_per_device(m: ModelSpec, s: Shard, par: Parallel):
     """Parameters held by one device of the heaviest stage."""
     _, dense_stage, moe_stage = stage_layers(m, par.pp)
-    per_layer = P.attention_params(m, s) + P.norm_params(m)
-    layers = (dense_stage * (per_layer + P.dense_mlp_params(m, s.ff))
+    per_layer = params.attention_params(m, s) + params.norm_params(m)
+    layers = (dense_stage * (per_layer + params.dense_mlp_params(m, s.ff))
               + moe_stage * (per_layer + moe_params_per_device(m, s, par)))
-    table = P.embedding_params(m, s)
+    table = params.embedding_params(m, s)
     # One stage holds everything when pp = 1; otherwise the first stage holds the
     # embedding and the last the LM head (a tied head is a copy there; Megatron-LM).
     ends = jnp.where(par.pp > 1.0, table,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .roofline import Cost
+from .types import Cost
 
 
 def matmul(m, k, n, w_bits, a_bits, bias=0.0) -> Cost:

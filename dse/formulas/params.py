@@ -14,21 +14,9 @@ n_kv_heads < tp (each device then holds one kv head). Norms are replicated.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-
 import jax.numpy as jnp
 
-from ..model import ModelSpec
-
-
-class Shard(NamedTuple):
-    """Per-device widths under tensor parallelism of degree tp (tp = 1: whole model)."""
-
-    heads: Any
-    kv_heads: Any
-    ff: Any
-    ff_expert: Any
-    vocab: Any
+from .types import ModelSpec, Shard
 
 
 def shard(m: ModelSpec, tp) -> Shard:

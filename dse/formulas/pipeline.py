@@ -31,32 +31,14 @@ and no bandwidth (latency) suffices when the fixed terms alone exceed the budget
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, NamedTuple
 
-import jax
 import jax.numpy as jnp
 
-from ..hardware import HardwareSpec
-from ..model import ModelSpec
-from . import memory, params as P, parts
-from .attention import Pass, Precision, kv_bytes_per_token
-from .roofline import Rates
-from .transformer import Options, Parallel, end_parts, layer_parts
-
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class Links:
-    """One entry per link (leading axis): bandwidth (bytes/s), latency and overhead (s),
-    direction factor (1 one way, 2 round trip), compression ratio and throughput."""
-
-    bw: Any
-    latency: Any
-    overhead: Any
-    direction: Any
-    ratio: Any
-    compress_bytes_per_s: Any  # 0: no compression
+from . import memory, params, parts
+from .attention import kv_bytes_per_token
+from .transformer import end_parts, layer_parts
+from .types import PLAIN, Hints, Links, ModelSpec, Options, Parallel, Pass, Precision, Rates
 
 
 def _compress_s(links: Links, moved):
@@ -69,15 +51,15 @@ def link_time_s(links: Links, bytes_, bw_scale):
     """Seconds for ``bytes_`` of hidden states to cross each link."""
     moved = links.direction * bytes_
     compress = _compress_s(links, moved)
-    return (links.direction * (links.latency + links.overhead)
-            + moved / links.ratio / (links.bw * bw_scale) + compress)
+    return (links.direction * (links.latency_s + links.overhead_s)
+            + moved / links.ratio / (links.bw_bytes_per_s * bw_scale) + compress)
 
 
 def required_bandwidth(links: Links, bytes_, budget):
     """Smallest uniform link bandwidth (bytes/s) fitting one traversal in ``budget``."""
     moved = links.direction * bytes_
     compress = _compress_s(links, moved)
-    fixed = jnp.sum(links.direction * (links.latency + links.overhead) + compress, axis=1,
+    fixed = jnp.sum(links.direction * (links.latency_s + links.overhead_s) + compress, axis=1,
                     keepdims=True)
     data = jnp.sum(moved / links.ratio, axis=1, keepdims=True)
     room = budget - fixed
@@ -86,7 +68,7 @@ def required_bandwidth(links: Links, bytes_, budget):
 
 def max_latency(links: Links, bytes_, budget, bw_scale):
     """Largest uniform one-way link latency (s) fitting one traversal in ``budget``."""
-    rest = link_time_s(links, bytes_, bw_scale) - links.direction * links.latency
+    rest = link_time_s(links, bytes_, bw_scale) - links.direction * links.latency_s
     room = budget - jnp.sum(rest, axis=1, keepdims=True)
     per = room / jnp.sum(links.direction, axis=1, keepdims=True)
     return jnp.where(room >= 0.0, per, jnp.nan)
@@ -97,19 +79,19 @@ class Traffic(NamedTuple):
     prefill_bytes: Any
 
 
-def _layer_time(m, s, p, ps, rates, flash, features):
+def _layer_time(m, s, p, ps, rates, flash, features, hints):
     dense, moe = layer_parts(m, s, p, ps, rates, Parallel(1.0, 1.0, 1.0, 1.0),
-                             Options(flash, 0.0, 1.0), features)
-    n_dense, n_moe = P.layer_counts(m)
+                             Options(flash, 0.0, 1.0), features, hints)
+    n_dense, n_moe = params.layer_counts(m)
     t = parts.total_time(dense) * n_dense
     if moe:
         t = t + parts.total_time(moe) * n_moe
     return t / m.n_layers
 
 
-def pipeline(m: ModelSpec, stages: HardwareSpec, rates: Rates, links: Links, capacity,
-             candidates, candidate_ok, batch, input_len, output_len, p: Precision, flash,
-             bw_scale, targets, comm_share, features: frozenset, objective: str) -> dict:
+def pipeline(m: ModelSpec, rates: Rates, links: Links, capacity, candidates, candidate_ok,
+             batch, input_len, output_len, p: Precision, flash, bw_scale, targets, comm_share,
+             features: frozenset, objective: str, hints: Hints = PLAIN) -> dict:
     """Every output of one heterogeneous pipeline deployment, all candidate splits at once.
 
     Leading axes: (candidate, stage) for stage quantities, (1, link) for links; grid axes
@@ -117,7 +99,7 @@ def pipeline(m: ModelSpec, stages: HardwareSpec, rates: Rates, links: Links, cap
     of this model's layer count. ``targets`` = (tpot, ttft) seconds (0: none).
     """
     n_stages = candidates.shape[1]
-    s = P.whole(m)
+    s = params.whole(m)
     micro = jnp.minimum(float(n_stages), batch)
     b = batch / micro
     layer_features = frozenset(features) & {"moe", "mla", "window"}
@@ -125,8 +107,8 @@ def pipeline(m: ModelSpec, stages: HardwareSpec, rates: Rates, links: Links, cap
     hi = input_len + jnp.maximum(output_len - 1.0, 1.0)
     decode_pass = Pass("decode", b, 1.0, lo, hi)
     prefill_pass = Pass("prefill", b, input_len, 0.0, 0.0, 1.0)
-    t_dec = _layer_time(m, s, p, decode_pass, rates, flash, layer_features)
-    t_pre = _layer_time(m, s, p, prefill_pass, rates, flash, layer_features)
+    t_dec = _layer_time(m, s, p, decode_pass, rates, flash, layer_features, hints)
+    t_pre = _layer_time(m, s, p, prefill_pass, rates, flash, layer_features, hints)
 
     index = jnp.arange(n_stages, dtype=t_dec.dtype).reshape((1, n_stages) + (1,) * (t_dec.ndim - 2))
     first, last = index == 0.0, index == float(n_stages - 1)
@@ -159,13 +141,13 @@ def pipeline(m: ModelSpec, stages: HardwareSpec, rates: Rates, links: Links, cap
 
     # memory per stage: its layers' weights and KV cache, its end tables, the activations
     length = input_len + output_len
-    n_dense, n_moe = P.layer_counts(m)
-    body = (P.total_params(m) - P.embedding_params(m, s) - (1.0 - m.tied_embeddings)
+    n_dense, n_moe = params.layer_counts(m)
+    body = (params.total_params(m) - params.embedding_params(m, s) - (1.0 - m.tied_embeddings)
             * s.vocab * m.d_model - m.norm_params * m.d_model)
     layer_bytes = body / m.n_layers * p.weight_bits / 8.0
     kv = batch * memory.cached_tokens(m, length) * kv_bytes_per_token(m, s, p.kv_bits,
                                                                       "mla" in features)
-    table = P.embedding_params(m, s) * p.weight_bits / 8.0
+    table = params.embedding_params(m, s) * p.weight_bits / 8.0
     head = (s.vocab * m.d_model + m.norm_params * m.d_model) * p.weight_bits / 8.0
     single = n_stages == 1
     end_bytes = (jnp.where(first, table, 0.0)
@@ -207,7 +189,7 @@ def pipeline(m: ModelSpec, stages: HardwareSpec, rates: Rates, links: Links, cap
     req_pre = required_bandwidth(links, traffic.prefill_bytes, budget_pre)[0, 0]
     stage_peak = jnp.max(s_dec, axis=0)
     return dict(
-        n_params=P.total_params(m)[0, 0],
+        n_params=params.total_params(m)[0, 0],
         split_layers=split,
         stage_decode_s=s_dec,
         stage_prefill_s=s_pre,

@@ -5,45 +5,9 @@ All functions are pure and broadcast their arguments against each other.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-
 import jax.numpy as jnp
 
-
-class Rates(NamedTuple):
-    """Achieved rates of one device at one precision (SI units).
-
-    Compute rates are per arithmetic unit: ``gemm`` runs weight matmuls at the width of
-    max(weight, activation) bits, ``attention`` at max(activation, KV) bits, ``vector``
-    (norms, activation functions) on the 32-bit vector path. Each is the dense peak of
-    that width x what-if scale x efficiency. ``gemm_half_rows`` and ``layer_overhead_s``
-    come from a calibration (see :func:`shaped` and :mod:`dse.calibration`); their
-    defaults (0) give the plain roofline.
-    """
-
-    gemm: Any
-    attention: Any
-    vector: Any
-    hbm_bw: Any
-    intra_bw: Any
-    intra_latency: Any
-    inter_bw: Any
-    inter_latency: Any
-    devices_per_node: Any
-    gemm_half_rows: Any = 0.0  # GEMM rows at which a matmul reaches half the gemm rate
-    layer_overhead_s: Any = 0.0  # fixed seconds per layer per pass (kernel launches, sync)
-
-
-class Cost(NamedTuple):
-    """FLOPs and device-memory bytes of one operator, and the unit its arithmetic runs on.
-
-    ``unit`` is static ("gemm", "attention" or "vector"): which :class:`Rates` field
-    times the FLOPs.
-    """
-
-    flops: Any
-    bytes: Any
-    unit: str
+from .types import Cost, Rates
 
 
 def compute_width(bits):
@@ -65,17 +29,18 @@ def shaped(rates: Rates, rows) -> Rates:
     half the calibrated gemm rate at R_half rows. R_half = 0 is the plain roofline.
     """
     rows = jnp.maximum(rows, 1e-30)
-    return rates._replace(gemm=rates.gemm * rows / (rows + rates.gemm_half_rows))
+    return rates._replace(
+        gemm_flops_per_s=rates.gemm_flops_per_s * rows / (rows + rates.gemm_half_rows))
 
 
 def compute_time_s(cost: Cost, rates: Rates):
     """Seconds of arithmetic at the achieved peak of the operator's dtype."""
-    return cost.flops / getattr(rates, cost.unit)
+    return cost.flops / rates.flops_per_s(cost.unit)
 
 
 def memory_time_s(cost: Cost, rates: Rates):
     """Seconds to stream the operator's bytes through device memory."""
-    return cost.bytes / rates.hbm_bw
+    return cost.bytes / rates.hbm_bw_bytes_per_s
 
 
 def roofline_time_s(cost: Cost, rates: Rates):

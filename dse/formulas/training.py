@@ -53,54 +53,16 @@ token: half of PaLM's non-causal 12 L H Q T). HFU counts what runs: recomputatio
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-
 import jax.numpy as jnp
 
-from ..model import ModelSpec
-from . import comm, memory, operators as op, params as P, parts
-from .attention import Pass, Precision
-from .inference import _bound
-from .roofline import Rates, shaped
-from .transformer import Options, Parallel, expert_layout, layer_parts
+from . import comm, memory, operators as op, params, parts
+from .roofline import shaped
+from .transformer import expert_layout, layer_parts
+from .types import (PLAIN, Bits, Hints, Job, Layout, ModelSpec, Options, Parallel, Part, Pass,
+                    Precision, Rates, Schedule, Shard)
 
 COMM_KINDS = ("tp", "pp", "dp", "ep", "cp")
 _IN_LAYER_COMM = {"tp_comm": "tp", "ep_comm": "ep", "cp_comm": "cp"}
-
-
-class Job(NamedTuple):
-    global_batch: Any
-    micro_batch: Any
-    seq_len: Any
-    total_tokens: Any
-
-
-class Layout(NamedTuple):
-    tp: Any
-    pp: Any
-    dp: Any
-    ep: Any
-    cp: Any
-    virtual: Any
-    sequence_parallel: Any
-
-
-class Bits(NamedTuple):
-    weight: Any
-    grad: Any
-    master: Any
-    act: Any
-    optimizer_bytes: Any  # optimizer state bytes per parameter, master weights excluded
-
-
-class Schedule(NamedTuple):
-    zero_stage: Any
-    recompute: Any  # 0 none, 1 selective, 2 full
-    flash: Any
-    dropout: Any
-    tp_overlap: Any
-    dp_overlap: Any
-    pp_overlap: Any
 
 
 def _full(sch: Schedule):
@@ -114,7 +76,7 @@ def _selective(sch: Schedule):
 # --- memory -------------------------------------------------------------------------
 
 
-def layer_activation_bytes(m: ModelSpec, s: P.Shard, lay: Layout, tokens, seq_len, bits: Bits,
+def layer_activation_bytes(m: ModelSpec, s: Shard, lay: Layout, tokens, seq_len, bits: Bits,
                            sch: Schedule, recompute) -> tuple[Any, Any]:
     """(dense-MLP layer, MoE layer): activation bytes one layer keeps for its backward.
 
@@ -122,7 +84,7 @@ def layer_activation_bytes(m: ModelSpec, s: P.Shard, lay: Layout, tokens, seq_le
     query ``seq_len``; ``recompute`` 0/1/2 as in :class:`Schedule` (passed separately so
     the working set of a fully recomputed layer can be asked for with 0).
     """
-    a = bits.act / 8.0
+    a = bits.act_bits / 8.0
     d, hd = m.d_model, m.head_dim
     drop = sch.dropout
     shard_rep = jnp.where(lay.sequence_parallel > 0.0, lay.tp, 1.0)
@@ -157,7 +119,7 @@ def in_flight(lay: Layout, micro_batches):
     return jnp.where(lay.pp > 1.0, jnp.minimum(lay.pp, micro_batches) * interleave, 1.0)
 
 
-def activation_memory(m: ModelSpec, s: P.Shard, lay: Layout, job: Job, bits: Bits,
+def activation_memory(m: ModelSpec, s: Shard, lay: Layout, job: Job, bits: Bits,
                       sch: Schedule, micro_batches):
     """Activation bytes per device of the busier of the first and last pipeline stages."""
     tokens = job.micro_batch * job.seq_len / lay.cp
@@ -179,12 +141,12 @@ def expert_params_per_device(m: ModelSpec, par: Parallel):
     return moe_stage * local * m.mlp_matrices * m.d_model * m.d_ff_expert / etp
 
 
-def layer_params_per_device(m: ModelSpec, s: P.Shard):
+def layer_params_per_device(m: ModelSpec, s: Shard):
     """Parameters of one dense layer on one tensor-parallel rank (ZeRO-3 gathers these)."""
-    return P.attention_params(m, s) + P.norm_params(m) + P.dense_mlp_params(m, s.ff)
+    return params.attention_params(m, s) + params.norm_params(m) + params.dense_mlp_params(m, s.ff)
 
 
-def state_memory(m: ModelSpec, s: P.Shard, lay: Layout, bits: Bits, sch: Schedule):
+def state_memory(m: ModelSpec, s: Shard, lay: Layout, bits: Bits, sch: Schedule):
     """(weight, gradient, optimizer) bytes per device under the ZeRO stage."""
     par = Parallel(lay.tp, lay.pp, lay.dp, lay.ep)
     total = memory.weight_params_per_device(m, s, par)
@@ -196,10 +158,10 @@ def state_memory(m: ModelSpec, s: P.Shard, lay: Layout, bits: Bits, sch: Schedul
         on = sch.zero_stage >= from_stage
         return dense / jnp.where(on, dense_group, 1.0) + experts / jnp.where(on, expert_group, 1.0)
 
-    master = jnp.where(bits.master > bits.weight, bits.master / 8.0, 0.0)
+    master = jnp.where(bits.master_bits > bits.weight_bits, bits.master_bits / 8.0, 0.0)
     gathered = jnp.where(sch.zero_stage >= 3.0, 2.0 * layer_params_per_device(m, s), 0.0)
-    weights = (sharded(3.0) + gathered) * bits.weight / 8.0
-    grads = sharded(2.0) * bits.grad / 8.0
+    weights = (sharded(3.0) + gathered) * bits.weight_bits / 8.0
+    grads = sharded(2.0) * bits.grad_bits / 8.0
     optimizer = sharded(1.0) * (master + bits.optimizer_bytes)
     return weights, grads, optimizer
 
@@ -222,32 +184,33 @@ def _train_parts(fwd: dict, sch: Schedule) -> dict:
     return out
 
 
-def _cp_exchange(m, s, lay: Layout, job: Job, bits: Bits, sch: Schedule, attention: parts.Part,
+def _cp_exchange(m, s, lay: Layout, job: Job, bits: Bits, sch: Schedule, attention: Part,
                  rates: Rates):
     """Exposed ring-attention key/value exchange of one layer (forward, backward, recompute)."""
     tokens = job.micro_batch * job.seq_len / lay.cp
     per_token = jnp.where(m.kv_lora_rank > 0.0,
                           s.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim),
                           2.0 * s.kv_heads * m.head_dim)
-    chunk = tokens * per_token * bits.act / 8.0
+    chunk = tokens * per_token * bits.act_bits / 8.0
     local = comm.members_per_node(lay.cp, lay.tp, rates) >= lay.cp
-    hop = jnp.where(local, chunk / rates.intra_bw + rates.intra_latency,
-                    chunk / rates.inter_bw + rates.inter_latency)
+    hop = jnp.where(local, chunk / rates.intra_bw_bytes_per_s + rates.intra_latency_s,
+                    chunk / rates.inter_bw_bytes_per_s + rates.inter_latency_s)
     send = (lay.cp - 1.0) * hop
-    forward = jnp.maximum(send - attention.time, 0.0)
-    backward = jnp.maximum(2.0 * send - (2.0 + 0.5 * sch.flash) * attention.time, 0.0)
+    forward = jnp.maximum(send - attention.time_s, 0.0)
+    backward = jnp.maximum(2.0 * send - (2.0 + 0.5 * sch.flash) * attention.time_s, 0.0)
     exposed = jnp.where(lay.cp > 1.0, (1.0 + _full(sch)) * forward + backward, 0.0)
     return parts.comm(exposed)
 
 
 def layer_train_parts(m, s, p: Precision, lay: Layout, job: Job, bits: Bits, sch: Schedule,
-                      rates: Rates, features: frozenset) -> tuple[dict, dict]:
+                      rates: Rates, features: frozenset, hints: Hints = PLAIN
+                      ) -> tuple[dict, dict]:
     """(dense, MoE) layer: parts of forward + backward (+ recompute) of one micro-batch."""
     ps = Pass("prefill", job.micro_batch, job.seq_len / lay.cp, 0.0, lay.cp - 1.0, 1.0)
     par = Parallel(lay.tp, lay.pp, lay.dp, lay.ep)
     layer_features = frozenset(features) - {"lora", "speculative", "breakdown"}
     dense, moe = layer_parts(m, s, p, ps, rates, par, Options(sch.flash, 0.0, 1.0),
-                             layer_features)
+                             layer_features, hints)
     out = []
     for fwd in (dense, moe):
         if not fwd:
@@ -262,7 +225,7 @@ def layer_train_parts(m, s, p: Precision, lay: Layout, job: Job, bits: Bits, sch
     return out[0], out[1]
 
 
-def end_train_parts(m: ModelSpec, s: P.Shard, p: Precision, lay: Layout, job: Job,
+def end_train_parts(m: ModelSpec, s: Shard, p: Precision, lay: Layout, job: Job,
                     rates: Rates) -> tuple[dict, dict]:
     """(first stage: embedding, last stage: final norm, LM head, loss) per micro-batch.
 
@@ -283,9 +246,9 @@ def end_train_parts(m: ModelSpec, s: P.Shard, p: Precision, lay: Layout, job: Jo
     return first, last
 
 
-def _stage_parts(m, s, p, lay, job, bits, sch, rates, features) -> dict:
+def _stage_parts(m, s, p, lay, job, bits, sch, rates, features, hints) -> dict:
     """Parts of one micro-batch on a device of the busiest stage (the last, with the head)."""
-    dense, moe = layer_train_parts(m, s, p, lay, job, bits, sch, rates, features)
+    dense, moe = layer_train_parts(m, s, p, lay, job, bits, sch, rates, features, hints)
     first, last = end_train_parts(m, s, p, lay, job, rates)
     _, dense_stage, moe_stage = memory.stage_layers(m, lay.pp)
     groups = [(dense_stage, dense), (1.0, last), (jnp.where(lay.pp > 1.0, 0.0, 1.0), first)]
@@ -296,7 +259,7 @@ def _stage_parts(m, s, p, lay, job, bits, sch, rates, features) -> dict:
 
 def model_flops_per_token(m: ModelSpec, seq_len):
     """The MFU numerator per token: 6 N + 3 A (see the module docstring)."""
-    n_mm = P.active_params(m) - P.embedding_params(m, P.whole(m)) + m.tied_embeddings * (
+    n_mm = params.active_params(m) - params.embedding_params(m, params.whole(m)) + m.tied_embeddings * (
         m.vocab_size * m.d_model)
     full = (seq_len + 1.0) / 2.0
     windowed = op.causal_pairs(seq_len, 0.0, m.sliding_window) / seq_len
@@ -310,14 +273,15 @@ def model_flops_per_token(m: ModelSpec, seq_len):
 
 
 def hardware_flops_per_sequence(m: ModelSpec, p: Precision, job: Job, sch: Schedule,
-                                rates: Rates, features: frozenset):
+                                rates: Rates, features: frozenset, hints: Hints = PLAIN):
     """FLOPs one sequence costs per step on the whole (unsharded) model."""
     one = Layout(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0)
     j = job._replace(micro_batch=1.0)
     bits = Bits(p.weight_bits, p.weight_bits, 0.0, p.act_bits, 0.0)
-    dense, moe = layer_train_parts(m, P.whole(m), p, one, j, bits, sch, rates, features)
-    first, last = end_train_parts(m, P.whole(m), p, one, j, rates)
-    n_dense, n_moe = P.layer_counts(m)
+    dense, moe = layer_train_parts(m, params.whole(m), p, one, j, bits, sch, rates, features,
+                                   hints)
+    first, last = end_train_parts(m, params.whole(m), p, one, j, rates)
+    n_dense, n_moe = params.layer_counts(m)
     groups = [(n_dense, dense), (1.0, first), (1.0, last)] + ([(n_moe, moe)] if moe else [])
     return sum(part.flops for part in parts.combine(groups).values())
 
@@ -331,7 +295,7 @@ def _dp_comm(m, s, lay: Layout, bits: Bits, sch: Schedule, micro_batches, rates:
     total = 0.0
     for count, group in ((dense, lay.dp * lay.cp), (experts, jnp.where(lay.ep > 1.0, lay.cp,
                                                                         lay.dp * lay.cp))):
-        grads, weights = count * bits.grad / 8.0, count * bits.weight / 8.0
+        grads, weights = count * bits.grad_bits / 8.0, count * bits.weight_bits / 8.0
         all_reduce = comm.all_reduce_s(grads, group, rates, stride)
         scatter = comm.reduce_scatter_s(grads, group, rates, stride)
         gather = comm.all_gather_s(weights, group, rates, stride)
@@ -349,21 +313,21 @@ def _signature(stage: dict):
     code = jnp.uint32(0)
     for i, name in enumerate(sorted(stage)):
         part = stage[name]
-        bound = _bound(part.time, part.compute, part.memory, part.comm)
+        bound = parts.bound_code(part.time_s, part.compute_s, part.memory_s, part.comm_s)
         code = code + jnp.asarray(bound, jnp.uint32) * jnp.uint32(4 ** i)
     return code
 
 
 def training(m: ModelSpec, rates: Rates, capacity, peak_flops, price_usd_per_s, job: Job,
              lay: Layout, bits: Bits, sch: Schedule, features: frozenset,
-             names: frozenset = frozenset()) -> dict:
+             names: frozenset = frozenset(), hints: Hints = PLAIN) -> dict:
     """Every training output of one job; array arguments broadcast.
 
     ``peak_flops`` is the device's peak at the compute width (MFU and HFU denominators),
     ``capacity`` its usable memory. ``job.global_batch`` must already be resolved.
     """
-    s = P.shard(m, lay.tp)
-    p = Precision(bits.weight, bits.act, bits.act)
+    s = params.shard(m, lay.tp)
+    p = Precision(bits.weight_bits, bits.act_bits, bits.act_bits)
     micro_batches = jnp.maximum(job.global_batch / (job.micro_batch * lay.dp), 1.0)
     n_devices = lay.tp * lay.pp * lay.dp * lay.cp
 
@@ -373,16 +337,16 @@ def training(m: ModelSpec, rates: Rates, capacity, peak_flops, price_usd_per_s, 
     per_sequence = activations / job.micro_batch
     max_micro = jnp.maximum(jnp.floor((capacity - weights - grads - optimizer) / per_sequence), 0.0)
 
-    stage = _stage_parts(m, s, p, lay, job, bits, sch, rates, features)
+    stage = _stage_parts(m, s, p, lay, job, bits, sch, rates, features, hints)
     overlap = {"tp_comm": 1.0 - sch.tp_overlap}
     stage = {k: parts.scale(v, overlap.get(k, 1.0)) for k, v in stage.items()}
     t_micro = parts.total_time(stage)
-    in_layer = {kind: stage[name].time if name in stage else 0.0
+    in_layer = {kind: stage[name].time_s if name in stage else 0.0
                 for name, kind in _IN_LAYER_COMM.items()}
     compute = micro_batches * (t_micro - sum(in_layer.values()))
     bubble = (lay.pp - 1.0) / lay.virtual * t_micro
 
-    hop_bytes = job.micro_batch * job.seq_len / lay.cp * m.d_model * bits.act / 8.0 / lay.tp
+    hop_bytes = job.micro_batch * job.seq_len / lay.cp * m.d_model * bits.act_bits / 8.0 / lay.tp
     hops = jnp.maximum(lay.pp - 1.0, 1.0)
     mean_hop = comm.pipeline_transfer_s(hop_bytes, lay.pp, lay.tp * lay.cp * lay.dp, rates) / hops
     sends = 2.0 * lay.virtual * micro_batches + 2.0 * (lay.pp - 1.0)
@@ -395,14 +359,14 @@ def training(m: ModelSpec, rates: Rates, capacity, peak_flops, price_usd_per_s, 
     tokens = job.global_batch * job.seq_len
     model_flops = tokens * model_flops_per_token(m, job.seq_len)
     hardware_flops = job.global_batch * hardware_flops_per_sequence(m, p, job, sch, rates,
-                                                                    features)
+                                                                    features, hints)
     throughput = tokens / step
     train_s = job.total_tokens / throughput
     given = job.total_tokens > 0.0
     shape = jnp.broadcast_shapes(*(jnp.shape(v) for v in comm_by_kind.values()))
     out = dict(
-        n_params=P.total_params(m),
-        n_params_active=P.active_params(m),
+        n_params=params.total_params(m),
+        n_params_active=params.active_params(m),
         n_devices=n_devices,
         dp_size=lay.dp,
         grad_accum_steps=micro_batches,

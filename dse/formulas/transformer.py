@@ -14,28 +14,13 @@ split over its tp devices.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-
 import jax.numpy as jnp
 
-from ..model import ModelSpec
-from . import comm, operators as op, parts as P
-from .attention import Pass, Precision, attention_costs
-from .params import Shard
-from .roofline import Rates, shaped
-
-
-class Parallel(NamedTuple):
-    tp: Any
-    pp: Any
-    dp: Any
-    ep: Any
-
-
-class Options(NamedTuple):
-    flash: Any  # 1: FlashAttention, 0: materialized scores
-    lora_rank: Any
-    lora_adapters: Any
+from . import comm, operators as op, parts
+from .attention import attention_costs
+from .roofline import shaped
+from .types import (PLAIN, Cost, Hints, ModelSpec, Options, Parallel, Part, Pass, Precision,
+                    Rates, Shard)
 
 
 def expected_distinct(population, picks_per_draw, draws):
@@ -68,21 +53,21 @@ def _mlp(m: ModelSpec, rows, ff, weight_sets, p: Precision, bias):
     return [up, op.elementwise(rows * ff, m.mlp_matrices - 1.0, 1.0, a, 4.0), down]
 
 
-def _attention_parts(m, s, p, ps: Pass, rates, flash, mla: bool, windowed: bool
-                     ) -> dict[str, P.Part]:
+def _attention_parts(m, s, p, ps: Pass, rates, flash, mla: bool, windowed: bool,
+                     hints: Hints) -> dict[str, Part]:
     """Attention parts of a layer with full attention, or with the model's window."""
     window = m.sliding_window if windowed else 0.0
     costs = attention_costs(m, s, p, ps, window, flash, mla)
-    out = {name: P.add(*(P.of(c, rates) for c in cs)) for name, cs in costs.fixed.items()}
+    out = {name: parts.add(*(parts.of(c, rates) for c in cs)) for name, cs in costs.fixed.items()}
     for name, fns in costs.varying.items():
         if ps.phase == "decode":
-            varying = [P.mean_of(f, rates, ps.lo, ps.hi, window) for f in fns]
+            varying = [parts.mean_of(f, rates, ps.lo, ps.hi, window, hints) for f in fns]
         elif windowed:
             # a window makes chunk costs non-affine in the chunk index: take the middle chunk
-            varying = [P.of(f((ps.lo + ps.hi) / 2.0), rates) for f in fns]
+            varying = [parts.of(f((ps.lo + ps.hi) / 2.0), rates) for f in fns]
         else:
-            varying = [P.mean_of(f, rates, ps.lo, ps.hi) for f in fns]
-        out[name] = P.add(out.get(name, P.ZERO), *varying)
+            varying = [parts.mean_of(f, rates, ps.lo, ps.hi, 0.0, hints) for f in fns]
+        out[name] = parts.add(out.get(name, parts.ZERO), *varying)
     return out
 
 
@@ -100,29 +85,29 @@ def _lora(m: ModelSpec, s: Shard, p: Precision, ps: Pass, o: Options, with_mlp: 
     hit = expected_distinct(o.lora_adapters, 1.0, ps.seqs)
     flops = 2.0 * ps.tokens * o.lora_rank * dims
     bytes_ = hit * o.lora_rank * dims * 2.0 + ps.tokens * dims * p.act_bits / 8.0
-    return op.Cost(flops, jnp.where(o.lora_rank > 0.0, bytes_, 0.0), "gemm")
+    return Cost(flops, jnp.where(o.lora_rank > 0.0, bytes_, 0.0), "gemm")
 
 
 def layer_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, par: Parallel,
-                o: Options, features: frozenset) -> tuple[dict, dict]:
+                o: Options, features: frozenset, hints: Hints = PLAIN) -> tuple[dict, dict]:
     """(dense-MLP layer, MoE layer): parts of one layer per device."""
     t, d, a = ps.tokens, m.d_model, p.act_bits
     mla = "mla" in features
     flat, rates = rates, shaped(rates, t)  # every dense matmul of the layer has t rows
-    attn = _attention_parts(m, s, p, ps, rates, o.flash, mla, False)
+    attn = _attention_parts(m, s, p, ps, rates, o.flash, mla, False, hints)
     if "window" in features:
-        windowed = _attention_parts(m, s, p, ps, rates, o.flash, mla, True)
+        windowed = _attention_parts(m, s, p, ps, rates, o.flash, mla, True, hints)
         f = m.sliding_window_layers
-        attn = P.combine([(1.0 - f, attn), (f, windowed)])
+        attn = parts.combine([(1.0 - f, attn), (f, windowed)])
     common = dict(attn)
-    common["norms"] = P.of(op.elementwise(m.norms_per_layer * t * d, 1.0, 1.0, a, 4.0), rates)
-    common["overhead"] = P.overhead(rates.layer_overhead_s)
-    reduce = P.comm(comm.all_reduce_s(t * d * a / 8.0, par.tp, rates))
+    common["norms"] = parts.of(op.elementwise(m.norms_per_layer * t * d, 1.0, 1.0, a, 4.0), rates)
+    common["overhead"] = parts.overhead(rates.layer_overhead_s)
+    reduce = parts.comm(comm.all_reduce_s(t * d * a / 8.0, par.tp, rates))
 
-    dense = dict(common, tp_comm=P.scale(reduce, 2.0),
-                 mlp=P.add(*(P.of(c, rates) for c in _mlp(m, t, s.ff, None, p, m.linear_bias))))
+    dense = dict(common, tp_comm=parts.scale(reduce, 2.0),
+                 mlp=parts.add(*(parts.of(c, rates) for c in _mlp(m, t, s.ff, None, p, m.linear_bias))))
     if "lora" in features:
-        dense["lora"] = P.of(_lora(m, s, p, ps, o, True), rates)
+        dense["lora"] = parts.of(_lora(m, s, p, ps, o, True), rates)
     if "moe" not in features:
         return dense, {}
 
@@ -132,15 +117,15 @@ def layer_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, pa
     routed = _mlp(m, rows, m.d_ff_expert / etp, hit, p, 0.0)
     expert_rates = shaped(flat, rows / jnp.maximum(hit, 1.0))  # rows per expert in use
     has_shared = m.n_shared_experts > 0.0
-    shared = [op.Cost(jnp.where(has_shared, c.flops, 0.0), jnp.where(has_shared, c.bytes, 0.0),
+    shared = [Cost(jnp.where(has_shared, c.flops, 0.0), jnp.where(has_shared, c.bytes, 0.0),
                       c.unit) for c in _mlp(m, t, m.n_shared_experts * s.ff_expert, None, p, 0.0)]
     router = op.matmul(t, d, m.n_experts, p.weight_bits, a)
-    moe = dict(common, moe=P.add(*(P.of(c, rates) for c in [router] + shared),
-                                 *(P.of(c, expert_rates) for c in routed)),
-               tp_comm=P.scale(reduce, jnp.where(par.ep > 1.0, 1.0, 2.0)),
-               ep_comm=P.comm(2.0 * comm.all_to_all_s(rows * d * a / 8.0, par.ep, rates)))
+    moe = dict(common, moe=parts.add(*(parts.of(c, rates) for c in [router] + shared),
+                                 *(parts.of(c, expert_rates) for c in routed)),
+               tp_comm=parts.scale(reduce, jnp.where(par.ep > 1.0, 1.0, 2.0)),
+               ep_comm=parts.comm(2.0 * comm.all_to_all_s(rows * d * a / 8.0, par.ep, rates)))
     if "lora" in features:
-        moe["lora"] = P.of(_lora(m, s, p, ps, o, False), rates)
+        moe["lora"] = parts.of(_lora(m, s, p, ps, o, False), rates)
     return dense, moe
 
 
@@ -152,9 +137,9 @@ def end_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, tp
     once per sequence per pass, and the vocab-parallel logits are gathered over tp.
     """
     t, a = ps.tokens, p.act_bits
-    first = {"embedding": P.of(op.elementwise(t * m.d_model, 1.0, 1.0, a, 0.0), rates)}
-    last = {"norms": P.of(op.elementwise(t * m.d_model, 1.0, 1.0, a, 4.0), rates),
-            "lm_head": P.of(op.matmul(ps.seqs, m.d_model, s.vocab, p.weight_bits, a),
+    first = {"embedding": parts.of(op.elementwise(t * m.d_model, 1.0, 1.0, a, 0.0), rates)}
+    last = {"norms": parts.of(op.elementwise(t * m.d_model, 1.0, 1.0, a, 4.0), rates),
+            "lm_head": parts.of(op.matmul(ps.seqs, m.d_model, s.vocab, p.weight_bits, a),
                             shaped(rates, ps.seqs)),
-            "tp_comm": P.comm(comm.all_gather_s(ps.seqs * m.vocab_size * a / 8.0, tp, rates))}
+            "tp_comm": parts.comm(comm.all_gather_s(ps.seqs * m.vocab_size * a / 8.0, tp, rates))}
     return first, last

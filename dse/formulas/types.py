@@ -1,0 +1,261 @@
+"""The small pytrees the formulas pass around, in one place, units in the field names.
+
+Every field is a number or an array of them (they broadcast against each other); a
+field without a unit suffix is a count (tokens, heads, devices, layers) or a
+dimensionless fraction. NamedTuples are pytrees already; the two dataclasses are
+registered so that ``jax.jit`` and ``jax.vmap`` take them as they are. Static fields
+(a pass's phase, a cost's arithmetic unit, the engine's :class:`Hints`) are Python
+values, fixed at trace time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """Decoder-only transformer architecture, every field a number (or array of them).
+
+    Notation follows the scaling-book: L layers, D model width, N query heads, K kv
+    heads, H head dim, F MLP width, V vocabulary. Booleans are 0/1 floats, so a table
+    of several models is the same pytree with one entry per model.
+    """
+
+    n_layers: Any
+    d_model: Any
+    n_heads: Any
+    n_kv_heads: Any
+    head_dim: Any  # query/key head dim (standard attention)
+    d_ff: Any  # dense MLP width
+    vocab_size: Any
+    max_seq_len: Any
+    tied_embeddings: Any  # 1: the LM head reuses the embedding table
+    mlp_matrices: Any  # 3 for gated MLPs (gate, up, down), 2 for plain (up, down)
+    norm_params: Any  # parameters per element of a norm: 1 RMSNorm, 2 LayerNorm
+    norms_per_layer: Any  # 2 (pre-attention, pre-MLP); Gemma-2 has 4
+    qkv_bias: Any
+    linear_bias: Any  # bias on every linear layer (GPT-3, OPT)
+    qk_norm: Any  # per-head RMSNorm on q and k (Qwen3)
+    learned_pos_rows: Any  # rows of a learned position table (0 for RoPE/ALiBi)
+    # Mixture of experts (n_experts = 0: dense)
+    n_experts: Any
+    top_k: Any
+    d_ff_expert: Any
+    n_shared_experts: Any
+    n_dense_layers: Any  # leading layers with a dense MLP in an MoE model
+    # Multi-head latent attention (kv_lora_rank = 0: standard attention)
+    q_lora_rank: Any
+    kv_lora_rank: Any
+    qk_nope_head_dim: Any
+    qk_rope_head_dim: Any
+    v_head_dim: Any
+    # Sliding-window attention (sliding_window = 0: full attention)
+    sliding_window: Any
+    sliding_window_layers: Any  # fraction of layers that use the window
+
+    def astype(self, dtype) -> "ModelSpec":
+        return jax.tree_util.tree_map(lambda x: np.asarray(x, dtype=dtype), self)
+
+
+class Rates(NamedTuple):
+    """Achieved rates of one device at one precision.
+
+    Compute rates are per arithmetic unit: ``gemm`` runs weight matmuls at the width of
+    max(weight, activation) bits, ``attention`` at max(activation, KV) bits, ``vector``
+    (norms, activation functions) on the 32-bit vector path. Each is the dense peak of
+    that width x what-if scale x efficiency. ``gemm_half_rows`` and ``layer_overhead_s``
+    come from a calibration (see :func:`dse.formulas.roofline.shaped`); their defaults
+    (0) give the plain roofline.
+    """
+
+    gemm_flops_per_s: Any
+    attention_flops_per_s: Any
+    vector_flops_per_s: Any
+    hbm_bw_bytes_per_s: Any
+    intra_bw_bytes_per_s: Any  # per device, per direction
+    intra_latency_s: Any  # per hop
+    inter_bw_bytes_per_s: Any
+    inter_latency_s: Any
+    devices_per_node: Any
+    gemm_half_rows: Any = 0.0  # GEMM rows at which a matmul reaches half the gemm rate
+    layer_overhead_s: Any = 0.0  # fixed seconds per layer per pass (kernel launches, sync)
+
+    def flops_per_s(self, unit: str):
+        """The compute rate of arithmetic ``unit`` ("gemm", "attention" or "vector")."""
+        return getattr(self, f"{unit}_flops_per_s")
+
+
+class Cost(NamedTuple):
+    """FLOPs and device-memory bytes of one operator, and the unit its arithmetic runs on.
+
+    ``unit`` is static ("gemm", "attention" or "vector"): which :class:`Rates` rate
+    times the FLOPs.
+    """
+
+    flops: Any
+    bytes: Any
+    unit: str
+
+
+class Part(NamedTuple):
+    """An operator's time with the FLOPs, bytes and roofline sides behind it."""
+
+    time_s: Any
+    flops: Any
+    bytes: Any
+    compute_s: Any  # seconds the arithmetic alone would take
+    memory_s: Any  # seconds the memory traffic alone would take
+    comm_s: Any  # seconds of communication (time of comm parts)
+
+
+class Shard(NamedTuple):
+    """Per-device widths under tensor parallelism of degree tp (tp = 1: whole model)."""
+
+    heads: Any
+    kv_heads: Any
+    ff: Any
+    ff_expert: Any
+    vocab: Any
+
+
+class Precision(NamedTuple):
+    weight_bits: Any  # stored bits per weight, quantization scales included
+    kv_bits: Any  # stored bits per KV-cache element, scales included
+    act_bits: Any
+
+
+class Pass(NamedTuple):
+    """A forward pass: ``seqs`` sequences each adding ``new`` tokens after ``prior(x)``
+    cached ones, x over the integers [lo, hi] (the pass's time is the mean over x,
+    times ``repeat``). See :mod:`dse.formulas.attention`."""
+
+    phase: str  # "prefill" | "decode" | "verify" (static)
+    seqs: Any
+    new: Any
+    lo: Any
+    hi: Any
+    repeat: Any = 1.0
+
+    def prior(self, x):
+        if self.phase == "prefill":
+            return x * self.new
+        if self.phase == "decode":
+            return x - 1.0
+        return x
+
+    @property
+    def tokens(self):
+        return self.seqs * self.new
+
+
+class Parallel(NamedTuple):
+    tp: Any
+    pp: Any
+    dp: Any
+    ep: Any
+
+
+class Options(NamedTuple):
+    flash: Any  # 1: FlashAttention, 0: materialized scores
+    lora_rank: Any
+    lora_adapters: Any
+
+
+class Workload(NamedTuple):
+    batch: Any
+    input_len: Any
+    output_len: Any
+    prefill_chunk: Any  # tokens per prefill chunk; 0: the whole prompt at once
+
+
+class Power(NamedTuple):
+    """Device power model of GenZ (GenZ/power.py): TDP split into a static share and
+    compute, memory and network shares drawn in proportion to their utilization."""
+
+    tdp_w: Any
+    price_usd_per_s: Any
+    static_share: Any
+    compute_share: Any
+    memory_share: Any
+    network_share: Any
+
+
+class Speculation(NamedTuple):
+    draft: ModelSpec | None
+    draft_len: Any
+    acceptance_rate: Any
+
+
+class Job(NamedTuple):
+    global_batch: Any
+    micro_batch: Any
+    seq_len: Any
+    total_tokens: Any
+
+
+class Layout(NamedTuple):
+    tp: Any
+    pp: Any
+    dp: Any
+    ep: Any
+    cp: Any
+    virtual: Any
+    sequence_parallel: Any
+
+
+class Bits(NamedTuple):
+    weight_bits: Any
+    grad_bits: Any
+    master_bits: Any
+    act_bits: Any
+    optimizer_bytes: Any  # optimizer state bytes per parameter, master weights excluded
+
+
+class Schedule(NamedTuple):
+    zero_stage: Any
+    recompute: Any  # 0 none, 1 selective, 2 full
+    flash: Any
+    dropout: Any
+    tp_overlap: Any
+    dp_overlap: Any
+    pp_overlap: Any
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Links:
+    """One entry per link of a heterogeneous pipeline (leading axis)."""
+
+    bw_bytes_per_s: Any
+    latency_s: Any
+    overhead_s: Any  # per message (RPC, serialization)
+    direction: Any  # 1 one way, 2 round trip
+    ratio: Any  # compression ratio
+    compress_bytes_per_s: Any  # 0: no compression
+
+
+def _unchanged(*arrays):
+    return arrays
+
+
+class Hints(NamedTuple):
+    """How the program that runs the formulas wants some values computed (static).
+
+    The formulas mark the few values that many full-grid outputs derive from (TTFT,
+    TPOT, a decode side's seconds, the mean attention roofline) with ``once``, and sum
+    a phase's components with those named in ``sum_last`` added last. Plain use (the
+    default) changes nothing; :mod:`dse.core.fusion` gives XLA:CPU's choices.
+    """
+
+    once: Callable[..., tuple] = _unchanged
+    sum_last: tuple[str, ...] = ()
+
+
+PLAIN = Hints()
