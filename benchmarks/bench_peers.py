@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from dse import grid
-from dse.dataset import to_dataset
+from dse.results.dataset import to_dataset
 from dse.study import parse_study
 
 HERE = Path(__file__).resolve().parent

@@ -31,8 +31,8 @@ import numpy as np
 
 from dse import grid, hugepages
 from dse.evaluate import evaluate
-from dse.io import write_dataset
-from dse.dataset import to_dataset
+from dse.results.io import write_dataset
+from dse.results.dataset import to_dataset
 from dse.study import parse_study
 from dse.sweep import sweep_to_file
 

@@ -13,11 +13,11 @@ from . import xla as _xla
 _xla.configure()  # before JAX starts: host devices, kept barriers (dse.xla)
 
 from ._version import __version__  # noqa: E402
-from .catalogue import load_hardware, load_model  # noqa: E402
+from .catalogue.lookup import load_hardware, load_model  # noqa: E402
 from .errors import InputError  # noqa: E402
 from .evaluate import evaluate  # noqa: E402
-from .io import write_dataset  # noqa: E402
-from .knobs import InferencePoint  # noqa: E402
+from .results.io import write_dataset  # noqa: E402
+from .schema.knobs import InferencePoint  # noqa: E402
 from .report import plot, report  # noqa: E402
 from .search import SearchResult, search  # noqa: E402
 from .sensitivity import sensitivity  # noqa: E402

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InputError, suggest
-from .knobs import KINDS, OPTIMIZERS, RECOMPUTE
+from .schema.knobs import KINDS, OPTIMIZERS, RECOMPUTE
 
 _RANGE_KEYS = {"start", "stop", "step", "num", "log", "factor"}
 _MAX_RANGE = 10_000_000
@@ -36,7 +36,7 @@ def check_scalar(value: Any, kind: str, file, key: str) -> Any:
             raise InputError(file, key, f"value {value!r} is not valid", allowed)
         return value
     if kind == "usecase":
-        from .usecases import USECASES
+        from .catalogue.usecases import USECASES
 
         if value not in USECASES:
             raise InputError(file, key, f"unknown use case {value!r}" + suggest(value, USECASES),

@@ -22,7 +22,7 @@ EXIT_INPUT = 2
 
 def _cmd_sweep(args) -> int:
     from .study import FORMATS, load_study
-    from .summary import reduce_summary, sweep_summary
+    from .results.summary import reduce_summary, sweep_summary
     from .sweep import sweep_to_file
 
     study = load_study(args.study)
@@ -43,7 +43,7 @@ def _cmd_sweep(args) -> int:
                              resume=args.resume)
     seconds = time.perf_counter() - start
     if args.bands:
-        from .io import write_dataset
+        from .results.io import write_dataset
         from .uncertainty import bands
 
         band_path = Path(path).with_name(f"{Path(path).stem}-bands.nc")
@@ -91,7 +91,7 @@ def _cmd_search(args) -> int:
 
 
 def _cmd_sensitivity(args) -> int:
-    from .io import write_dataset
+    from .results.io import write_dataset
     from .sensitivity import sensitivity
     from .sensitivity.report import write_report
     from .study import load_study
@@ -132,7 +132,7 @@ def _cmd_plot(args) -> int:
 
 
 def _cmd_hardware(args) -> int:
-    from . import catalogue
+    from .catalogue import lookup as catalogue
 
     cards = catalogue.all_hardware()
     if args.json:
@@ -152,9 +152,9 @@ def _cmd_hardware(args) -> int:
 def _cmd_models(args) -> int:
     import numpy as np
 
-    from . import catalogue
+    from .catalogue import lookup as catalogue
     from .formulas.params import active_params, total_params
-    from .model import stack
+    from .catalogue.model import stack
 
     cards = catalogue.all_models()
     table = stack([c.spec() for c in cards])
@@ -192,7 +192,7 @@ def _cmd_validate(args) -> int:
 
 
 def _cmd_calibrate(args) -> int:
-    from .calibration import save
+    from .catalogue.calibration import save
     from .validate import calibrate
 
     out = Path(args.output)
@@ -210,7 +210,7 @@ def _cmd_calibrate(args) -> int:
 
 
 def _cmd_usecases(args) -> int:
-    from .usecases import USECASES
+    from .catalogue.usecases import USECASES
 
     rows = [[name, str(i), str(o)] for name, (i, o) in USECASES.items()]
     _print_table(["usecase", "input_len", "output_len"], rows)

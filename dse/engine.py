@@ -33,7 +33,7 @@ import xarray as xr
 from . import grid
 from .devices import local_devices, placed
 from .errors import InputError
-from .outputs import OUTPUTS
+from .schema.outputs import OUTPUTS
 from .store import Partial, fingerprint
 
 # --- worker side ----------------------------------------------------------------------
@@ -411,7 +411,7 @@ def create_store(study, path: Path, names, deps, chunks) -> None:
     """An empty zarr store (format 2) with every output's layout, chunked like the grid."""
     import dask.array as da
 
-    from .dataset import to_dataset
+    from .results.dataset import to_dataset
     from .evaluate import evaluate
 
     models, hardware = grid.tables(study)
@@ -438,7 +438,8 @@ def finish_store(partial: Partial, target: Path, compress: bool) -> xr.Dataset:
     """Move a complete store to ``target`` (.zarr: rename; .nc: convert) and open it."""
     import zarr
 
-    from .io import replace_path, write_dataset
+    from .atomic import replace_path
+    from .results.io import write_dataset
 
     zarr.consolidate_metadata(str(partial.data), zarr_format=2)
     if target.suffix == ".zarr":

@@ -21,10 +21,10 @@ from .formulas.roofline import compute_width, peak_at_width
 from .formulas.training import training
 from .formulas.types import (Bits, Job, Layout, Options, Parallel, Power, Precision, Rates,
                              Schedule, Speculation, Workload)
-from .hardware import HardwareSpec
-from .knobs import InferencePoint, PipelinePoint, TrainingPoint
-from .model import ModelSpec
-from .outputs import OUTPUTS, REASON_BITS
+from .catalogue.hardware import HardwareSpec
+from .schema.knobs import InferencePoint, PipelinePoint, TrainingPoint
+from .catalogue.model import ModelSpec
+from .schema.outputs import OUTPUTS, REASON_BITS
 
 
 def take(table, index):

@@ -18,12 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 import jax
 import numpy as np
 
-from . import hardware as hw_mod, hugepages, model as model_mod
+from .catalogue import hardware as hw_mod, model as model_mod
+from . import hugepages
 from .evaluate import evaluate
-from .knobs import OPTIMIZERS, RECOMPUTE, fields
-from .outputs import OUTPUTS
+from .schema.knobs import OPTIMIZERS, RECOMPUTE, fields
+from .schema.outputs import OUTPUTS
 from .study import DEFAULT_CHUNK_POINTS, Study
-from .usecases import USECASES
+from .catalogue.usecases import USECASES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +78,7 @@ def hardware_spec(study: Study, card):
     """A device's spec under the study's calibration (the plain roofline without one)."""
     if study.calibration is None:
         return card.spec()
-    from .calibration import calibrated_spec
+    from .catalogue.calibration import calibrated_spec
 
     return calibrated_spec(card.spec(), study.calibration, study.framework, card.name)
 

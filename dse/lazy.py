@@ -26,7 +26,7 @@ import xarray as xr
 from . import grid
 from .devices import local_devices, placed
 from .evaluate import evaluate
-from .outputs import OUTPUTS
+from .schema.outputs import OUTPUTS
 from .study import Study
 
 AHEAD = 2  # chunks dispatched beyond the one being written
@@ -158,8 +158,9 @@ def write_netcdf(study: Study, path: str | Path, compress: bool = False, progres
     from dask.local import get_sync
     from xarray.backends import H5NetCDFStore
 
-    from .dataset import to_dataset
-    from .io import atomic_path, netcdf_encoding
+    from .results.dataset import to_dataset
+    from .atomic import atomic_path
+    from .results.io import netcdf_encoding
 
     arrays, deps, dispatcher, owned = lazy_arrays(study, progress=progress)
     ds = to_dataset(study, arrays, deps)

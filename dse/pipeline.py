@@ -26,10 +26,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from . import catalogue
+from .catalogue import lookup as catalogue
 from .errors import InputError, suggest
 from .formulas.types import Links
-from .hardware import HardwareCard, HardwareSpec, stack
+from .catalogue.hardware import HardwareCard, HardwareSpec, stack
 
 KEYS = {"objective", "loop", "stages", "link", "links", "compression"}
 STAGE_KEYS = {"hardware", "layers"}

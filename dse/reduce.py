@@ -26,7 +26,7 @@ import xarray as xr
 
 from .errors import InputError, suggest
 from .grid import chunk_region
-from .outputs import OUTPUTS, PRIMARY_METRIC, REASON_BITS
+from .schema.outputs import OUTPUTS, PRIMARY_METRIC, REASON_BITS
 
 KEYS = {"by", "objective", "direction", "constraints", "histogram"}
 HISTOGRAM_KEYS = {"variable", "bins", "range", "log"}
@@ -298,7 +298,7 @@ def histogram_counts(by_shape: list[int], n_bins: int, keys) -> np.ndarray:
 
 def reduced_dataset(acc: Accumulator) -> xr.Dataset:
     """The reduction as a Dataset over the ``by`` axes (outputs at each group's best)."""
-    from .dataset import coords, provenance
+    from .results.dataset import coords, provenance
     from .grid import knob_attrs
 
     study, spec = acc.study, acc.spec

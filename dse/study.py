@@ -12,12 +12,13 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from . import catalogue, knobs
+from .catalogue import lookup as catalogue
+from .schema import knobs
 from .axes import parse_axis
 from .errors import InputError, suggest
-from .hardware import HardwareCard
-from .model import ModelCard
-from .outputs import OUTPUTS
+from .catalogue.hardware import HardwareCard
+from .catalogue.model import ModelCard
+from .schema.outputs import OUTPUTS
 
 SECTIONS = {"study", "axes", "output", "search", "sensitivity", "pipeline"}
 STUDY_KEYS = {"name", "mode", "description", "dtype", "calibration", "framework"}
@@ -275,7 +276,7 @@ def _parse_calibration(head: dict, file: str, base_dir: Path | None, mode: str):
     if not isinstance(path, str) or not path:
         raise InputError(file, "study.calibration", f"value {path!r} is not valid",
                          "a path to a calibration .toml")
-    from . import calibration as C
+    from .catalogue import calibration as C
 
     resolved = Path(path)
     if not resolved.is_absolute():

@@ -9,8 +9,8 @@ from pathlib import Path
 import xarray as xr
 
 from . import grid
-from .dataset import to_dataset
-from .io import write_dataset
+from .results.dataset import to_dataset
+from .results.io import write_dataset
 from .lazy import write_netcdf
 from .study import Study, load_study
 

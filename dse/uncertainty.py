@@ -16,12 +16,12 @@ import numpy as np
 import xarray as xr
 
 from . import grid
-from .calibration import sample_specs
-from .dataset import coords, provenance
+from .catalogue.calibration import sample_specs
+from .results.dataset import coords, provenance
 from .errors import InputError
 from .evaluate import evaluate
-from .hardware import CALIBRATION_FIELDS, HardwareSpec
-from .outputs import OUTPUTS
+from .catalogue.hardware import CALIBRATION_FIELDS, HardwareSpec
+from .schema.outputs import OUTPUTS
 from .study import Study, load_study
 
 MAX_EVALUATIONS = 2e8  # grid points x samples kept in memory at once

@@ -2,7 +2,7 @@
 
 from hypothesis import assume, given, settings, strategies as st
 
-from dse import catalogue
+from dse.catalogue import lookup as catalogue
 
 from .helpers import evaluate_point
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from dse import catalogue
+from dse.catalogue import lookup as catalogue
 from dse.cli import main
 
 from .conftest import STUDIES

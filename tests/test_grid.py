@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from dse import grid
-from dse.outputs import REASON_BITS
+from dse.schema.outputs import REASON_BITS
 from dse.study import Output
 from dse.sweep import sweep
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dse import catalogue
+from dse.catalogue import lookup as catalogue
 
 from .helpers import evaluate_point
 

@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from dse import catalogue
+from dse.catalogue import lookup as catalogue
 from dse.formulas.params import active_params, total_params
-from dse.model import stack
+from dse.catalogue.model import stack
 
 from .helpers import evaluate_point
 

@@ -18,7 +18,7 @@ import xarray as xr
 
 import dse
 from dse.errors import InputError
-from dse.outputs import REASON_BITS
+from dse.schema.outputs import REASON_BITS
 from dse.study import parse_study
 from dse.sweep import sweep_to_file
 

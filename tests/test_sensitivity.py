@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from dse import catalogue, grid
+from dse.catalogue import lookup as catalogue
+from dse import grid
 from dse.cli import main
 from dse.evaluate import evaluate
 from dse.sensitivity import sensitivity

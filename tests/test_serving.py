@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from dse import catalogue
+from dse.catalogue import lookup as catalogue
 
 from .helpers import evaluate_point, sweep_text
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from dse import grid, staging
-from dse.outputs import OUTPUTS
+from dse.schema.outputs import OUTPUTS
 from dse.study import parse_study
 
 from .test_scale import GRID

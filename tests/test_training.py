@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from dse.catalogue import load_hardware, load_model
+from dse.catalogue.lookup import load_hardware, load_model
 from dse.formulas import params as P
 from dse.formulas.training import layer_activation_bytes
 from dse.formulas.types import Bits, Layout, Schedule

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from dse import calibration as C
+from dse.catalogue import calibration as C
 from dse.cli import main
 from dse.study import parse_study
 from dse.sweep import sweep

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import xarray as xr  # noqa: E402
 
 from ..errors import InputError, suggest  # noqa: E402
-from ..io import _remove, replace_path  # noqa: E402
+from ..atomic import remove_path, replace_path  # noqa: E402
 from .figures import DPI, NotApplicable  # noqa: E402
 from .html import GENERATOR, page  # noqa: E402
 from .kinds import KINDS, report_figures  # noqa: E402
@@ -87,7 +87,7 @@ def plot(result: str | Path | xr.Dataset, kind: str, out: str | Path | None = No
         os.replace(tmp, out)
     finally:
         plt.close(fig)
-        _remove(tmp)
+        remove_path(tmp)
     return out
 
 
@@ -138,7 +138,7 @@ def report(result: str | Path | xr.Dataset, out_dir: str | Path | None = None) -
         (tmp / "index.html").write_text(page(res, figures, _relevant(res, omitted)))
         replace_path(tmp, out)
     finally:
-        _remove(tmp)
+        remove_path(tmp)
     return out / "index.html"
 
 

@@ -11,7 +11,7 @@ import json
 
 import numpy as np
 
-from ..summary import SHOWN, format_value, reason_counts
+from ..results.summary import SHOWN, format_value, reason_counts
 from .bars import config_label
 from .figures import NotApplicable, pick_metric
 from .reduce import FACETS, best_points, select

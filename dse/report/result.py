@@ -17,8 +17,8 @@ import numpy as np
 import xarray as xr
 
 from ..errors import InputError
-from ..knobs import POINT_TYPES, fields
-from ..outputs import EXTRA_COORDS, PRIMARY_METRIC, REASON_BITS
+from ..schema.knobs import POINT_TYPES, fields
+from ..schema.outputs import EXTRA_COORDS, PRIMARY_METRIC, REASON_BITS
 
 KINDS = ("sweep", "reduced", "search", "sensitivity")
 READABLE = (".nc", ".zarr")

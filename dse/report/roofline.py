@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..formulas.roofline import compute_width
-from ..hardware import HardwareCard
+from ..catalogue.hardware import HardwareCard
 from .display import scale
 from .figures import NotApplicable, grid, pick_metric
 from .reduce import FACETS, at_best, best_points, select

@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 
 from ..errors import InputError, suggest
-from ..outputs import OUTPUTS
+from ..schema.outputs import OUTPUTS
 from ..study import Study
 
 STORAGE_ALLOWED = ("a database URL (sqlite:///file.db, postgresql://...) in a writable "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..outputs import REASON_BITS
+from ..schema.outputs import REASON_BITS
 from .config import Constraint
 
 STRUCTURAL = "structurally_valid"

@@ -6,9 +6,9 @@ import json
 import os
 from pathlib import Path
 
-from ..io import write_dataset
-from ..knobs import fields
-from ..summary import table
+from ..results.io import write_dataset
+from ..schema.knobs import fields
+from ..results.summary import table
 from .plots import history_figure
 from .results import SearchResult
 

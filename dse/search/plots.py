@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 
-from ..outputs import OUTPUTS  # noqa: E402
+from ..schema.outputs import OUTPUTS  # noqa: E402
 from .results import pareto_mask  # noqa: E402
 
 

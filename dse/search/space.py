@@ -14,7 +14,7 @@ from optuna.distributions import (BaseDistribution, CategoricalDistribution,
                                   FloatDistribution, IntDistribution)
 
 from .. import grid
-from ..knobs import fields
+from ..schema.knobs import fields
 from ..study import Axis, Study
 
 

@@ -21,9 +21,9 @@ import numpy as np
 import xarray as xr
 
 from .. import grid
-from ..dataset import coords, provenance
+from ..results.dataset import coords, provenance
 from ..evaluate import take
-from ..outputs import OUTPUTS
+from ..schema.outputs import OUTPUTS
 from ..study import DEFAULT_CHUNK_POINTS, Study, load_study
 from .config import INVERSE, PARAMS, SensitivityConfig, parse_sensitivity
 from .elasticity import EPS, Spec, sensitivities

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import InputError, suggest
-from ..outputs import OUTPUTS
+from ..schema.outputs import OUTPUTS
 from ..search.config import Constraint, parse_constraint
 from ..study import Study
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from .. import calibration as C
-from ..catalogue import roots
+from ..catalogue import calibration as C
+from ..catalogue.lookup import roots
 from ..errors import InputError
 from . import fit as F
 from .predict import Problem, predict_with_reasons, problem

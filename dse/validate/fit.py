@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.example_libraries import optimizers
 
-from .. import calibration as C
+from ..catalogue import calibration as C
 from .predict import Problem, predict
 
 SIGMA0 = 0.10  # assumed log error of one row in the MAP objective (10%)

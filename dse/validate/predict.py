@@ -15,12 +15,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import calibration as C
-from ..catalogue import load_hardware
+from ..catalogue import calibration as C
+from ..catalogue.lookup import load_hardware
 from ..evaluate import evaluate
-from ..hardware import stack as stack_hardware
-from ..knobs import OPTIMIZERS, RECOMPUTE, InferencePoint, TrainingPoint
-from ..model import stack as stack_models
+from ..catalogue.hardware import stack as stack_hardware
+from ..schema.knobs import OPTIMIZERS, RECOMPUTE, InferencePoint, TrainingPoint
+from ..catalogue.model import stack as stack_models
 from .rows import Case
 
 # TensorRT-LLM's default max_batch_size (perf-overview: "batch up to 8192").

@@ -26,9 +26,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..catalogue import all_hardware, load_model
+from ..catalogue.lookup import all_hardware, load_model
 from ..errors import InputError
-from ..model import ModelCard
+from ..catalogue.model import ModelCard
 
 COLUMNS = ("id", "source", "kind", "model", "n_params_b", "layers", "hidden", "heads",
            "kv_heads", "ffn", "vocab", "moe_experts", "moe_topk", "hardware", "n_devices",

@@ -15,11 +15,11 @@ import os
 import tomllib
 from pathlib import Path
 
-from .errors import InputError, suggest
+from ..errors import InputError, suggest
 from .hardware import HardwareCard
 from .model import ModelCard, card_from_hf_config
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]  # the dse package
 
 
 def roots() -> list[Path]:

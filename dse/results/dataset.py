@@ -8,10 +8,10 @@ import json
 import numpy as np
 import xarray as xr
 
-from ._version import __version__
-from .grid import knob_attrs
-from .outputs import BOUND_CODES, EXTRA_COORDS, OUTPUTS, REASON_BITS, REASONS
-from .study import Study
+from .._version import __version__
+from ..grid import knob_attrs
+from ..schema.outputs import BOUND_CODES, EXTRA_COORDS, OUTPUTS, REASON_BITS, REASONS
+from ..study import Study
 
 
 def provenance(study: Study) -> dict:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .formulas.inference import COMPONENTS, PHASES
-from .formulas.training import COMM_KINDS
+from ..formulas.inference import COMPONENTS, PHASES
+from ..formulas.training import COMM_KINDS
 
 
 class Output(NamedTuple):

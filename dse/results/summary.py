@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from .outputs import EXTRA_COORDS, PRIMARY_METRIC, REASON_BITS
-from .units import human_bytes, human_count, human_seconds
+from ..schema.outputs import EXTRA_COORDS, PRIMARY_METRIC, REASON_BITS
+from ..units import human_bytes, human_count, human_seconds
 
 
 def axes(ds: xr.Dataset) -> list[str]:

@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError
+from ..atomic import atomic_path
+from ..errors import InputError
 
 # name -> (transform, uncalibrated value, units, meaning). "logit" maps R -> (0, 1),
 # "log" maps R -> (0, inf).
@@ -243,12 +244,10 @@ def load(path, referrer: str | None = None, key: str = "calibration") -> Calibra
 
 
 def save(cal: Calibration, path) -> Path:
-    from .io import replace_path
-
+    """Write ``cal`` to ``path`` atomically."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(dumps(cal))
-    replace_path(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(dumps(cal))
     return path
 
 

@@ -10,8 +10,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from . import units
-from .errors import InputError, suggest
+from .. import units
+from ..errors import InputError, suggest
 
 
 @jax.tree_util.register_dataclass

@@ -14,8 +14,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from .errors import InputError, suggest
-from .formulas.types import ModelSpec
+from ..errors import InputError, suggest
+from ..formulas.types import ModelSpec
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(ModelSpec))
