@@ -48,10 +48,9 @@ def main() -> None:
         value = result.best[0]["objectives"]["throughput_tok_s"] if result.best else float("nan")
         rows.append((label, seconds, result.told, result.told * inner, value))
     from dse.search.results import exhaustive
-    from dse.search.config import parse_search
 
     study = load_study("studies/search-serving.toml")
-    optimum = exhaustive(study, parse_search(study), [])["optimum"]
+    optimum = exhaustive(study, study.search, [])["optimum"]
     print(f"exhaustive optimum (dse sweep of 184,320 points): {optimum:,.1f} tokens/s")
     print(f"{'mode':44s} {'seconds':>8s} {'trials':>7s} {'configs':>9s} {'trials/s':>9s} "
           f"{'configs/s':>10s} {'regret':>7s}")

@@ -160,13 +160,13 @@ def main() -> None:
               f"{n / t_z:.3e} points/s")
 
     # Baseline: one configuration per call, through the same compiled evaluator.
-    scalar = study.with_axes(**{a.name: a.values[0] for a in study.dims})
+    scalar = study.at(**{a.name: a.values[0] for a in study.dims})
     models, hardware = grid.tables(scalar)
     rng = np.random.default_rng(0)
     points = []
     for _ in range(args.baseline_points):
         values = {a.name: a.values[rng.integers(len(a.values))] for a in study.dims}
-        one = study.with_axes(**values)
+        one = study.at(**values)
         points.append((grid.chunk_point(one, grid.plan((), 1)[0]), *grid.tables(one)))
     evaluate(*points[0])["ttft_s"].block_until_ready()
     start = time.perf_counter()

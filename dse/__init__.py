@@ -21,7 +21,7 @@ from .schema.knobs import InferencePoint  # noqa: E402
 from .report import plot, report  # noqa: E402
 from .search import SearchResult, search  # noqa: E402
 from .sensitivity import sensitivity  # noqa: E402
-from .study import Study, load_study, parse_study  # noqa: E402
+from .study.study import Study, load_study, parse_study  # noqa: E402
 from .sweep import sweep, sweep_to_file  # noqa: E402
 
 __all__ = [

@@ -21,7 +21,8 @@ EXIT_INPUT = 2
 
 
 def _cmd_sweep(args) -> int:
-    from .study import FORMATS, load_study
+    from .study.output import FORMATS
+    from .study.study import load_study
     from .results.summary import reduce_summary, sweep_summary
     from .sweep import sweep_to_file
 
@@ -69,7 +70,7 @@ EXIT_INFEASIBLE = 3
 def _cmd_search(args) -> int:
     from .search import search
     from .search.files import default_output, summary, write_files
-    from .study import load_study
+    from .study.study import load_study
 
     study = load_study(args.study)
     out = Path(args.output) if args.output else default_output(study)
@@ -94,7 +95,7 @@ def _cmd_sensitivity(args) -> int:
     from .results.io import write_dataset
     from .sensitivity import sensitivity
     from .sensitivity.report import write_report
-    from .study import load_study
+    from .study.study import load_study
     from .sweep import _progress_bar
 
     study = load_study(args.study)

@@ -18,12 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 import jax
 import numpy as np
 
-from .catalogue import hardware as hw_mod, model as model_mod
+from .core.tables import numpy_dtype, tables
 from . import hugepages
 from .evaluate import evaluate
 from .schema.knobs import OPTIMIZERS, RECOMPUTE, fields
 from .schema.outputs import OUTPUTS
-from .study import DEFAULT_CHUNK_POINTS, Study
+from .study.output import DEFAULT_CHUNK_POINTS
+from .study.study import Study
 from .catalogue.usecases import USECASES
 
 
@@ -58,31 +59,6 @@ def plan(shape: tuple[int, ...], budget: int) -> list[Chunk]:
             for start in range(0, shape[axis], length)]
 
 
-def _dtype(study: Study):
-    return np.float64 if study.dtype == "float64" else np.float32
-
-
-def tables(study: Study):
-    """The study's model and hardware spec tables in its dtype (pipeline mode: the
-    stages, links and candidate splits in place of the hardware table)."""
-    dtype = _dtype(study)
-    models = model_mod.stack([c.spec() for c in study.models], dtype)
-    if study.pipeline is not None:
-        from .pipeline import spec
-
-        return models, spec(study.pipeline, [c.fields["n_layers"] for c in study.models], dtype)
-    return models, hw_mod.stack([hardware_spec(study, c) for c in study.hardware], dtype)
-
-
-def hardware_spec(study: Study, card):
-    """A device's spec under the study's calibration (the plain roofline without one)."""
-    if study.calibration is None:
-        return card.spec()
-    from .catalogue.calibration import calibrated_spec
-
-    return calibrated_spec(card.spec(), study.calibration, study.framework, card.name)
-
-
 INDEX_KEYS = ("model", "hardware", "draft_model", "usecase")
 
 
@@ -98,11 +74,11 @@ def _encode(study: Study, key: str, values) -> np.ndarray:
         return np.asarray([list(USECASES).index(v) if v is not None else -1 for v in values],
                           np.int32)
     if key == "recompute":
-        return np.asarray([RECOMPUTE.index(v) for v in values], _dtype(study))
+        return np.asarray([RECOMPUTE.index(v) for v in values], numpy_dtype(study))
     if key == "optimizer":
         return np.asarray([OPTIMIZERS[v] if isinstance(v, str) else float(v) for v in values],
-                          _dtype(study))
-    return np.asarray([float(v) for v in values], _dtype(study))
+                          numpy_dtype(study))
+    return np.asarray([float(v) for v in values], numpy_dtype(study))
 
 
 def _derived(study: Study, leaves: dict) -> dict:
@@ -110,7 +86,7 @@ def _derived(study: Study, leaves: dict) -> dict:
     if "usecase" in leaves and study.values("usecase") != (None,):
         index = leaves["usecase"]
         for key, column in (("input_len", 0), ("output_len", 1)):
-            table = np.asarray([u[column] for u in USECASES.values()], _dtype(study))
+            table = np.asarray([u[column] for u in USECASES.values()], numpy_dtype(study))
             leaves[key] = table[index]
     return leaves
 
@@ -182,7 +158,7 @@ def template_point(study: Study):
         if usecase and key in ("input_len", "output_len"):
             shape[dims.index("usecase")] = 2
         leaves[key] = jax.ShapeDtypeStruct(
-            tuple(shape), np.int32 if key in INDEX_KEYS else _dtype(study))
+            tuple(shape), np.int32 if key in INDEX_KEYS else numpy_dtype(study))
     return study.point_type(**leaves)
 
 

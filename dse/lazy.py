@@ -27,7 +27,7 @@ from . import grid
 from .devices import local_devices, placed
 from .evaluate import evaluate
 from .schema.outputs import OUTPUTS
-from .study import Study
+from .study.study import Study
 
 AHEAD = 2  # chunks dispatched beyond the one being written
 

@@ -15,7 +15,6 @@ order: a streamed result is identical to one reduction of the whole grid.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 
@@ -24,118 +23,11 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from .errors import InputError, suggest
 from .grid import chunk_region
-from .schema.outputs import OUTPUTS, PRIMARY_METRIC, REASON_BITS
+from .schema.outputs import OUTPUTS, REASON_BITS
+from .study.reduce import Histogram, ReduceSpec
 
-KEYS = {"by", "objective", "direction", "constraints", "histogram"}
-HISTOGRAM_KEYS = {"variable", "bins", "range", "log"}
 _NONE = np.iinfo(np.int64).max  # "no feasible point" in the best-index accumulator
-
-
-@dataclasses.dataclass(frozen=True)
-class Histogram:
-    variable: str
-    bins: int
-    low: float
-    high: float
-    log: bool
-
-    def edges(self) -> np.ndarray:
-        if self.log:
-            return np.logspace(math.log10(self.low), math.log10(self.high), self.bins + 1)
-        return np.linspace(self.low, self.high, self.bins + 1)
-
-
-@dataclasses.dataclass(frozen=True)
-class ReduceSpec:
-    by: tuple[str, ...]
-    objective: str
-    direction: str
-    constraints: tuple  # search.config.Constraint
-    histogram: Histogram | None = None
-
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        """The outputs a chunk reduction evaluates."""
-        names = [self.objective, "valid", "reason"] + [c.variable for c in self.constraints]
-        if self.histogram:
-            names.append(self.histogram.variable)
-        return tuple(dict.fromkeys(names))
-
-
-def parse_reduce(raw, file: str, mode: str, axes: tuple[str, ...]) -> ReduceSpec:
-    """Validate ``[output.reduce]`` for a study of ``mode`` with grid ``axes``."""
-    from .search.config import parse_constraint
-
-    key = "output.reduce"
-    if not isinstance(raw, dict):
-        raise InputError(file, key, f"value {raw!r} is not valid",
-                         "a table: by, objective, direction, constraints, histogram")
-    for k in raw:
-        if k not in KEYS:
-            raise InputError(file, f"{key}.{k}", "unknown key" + suggest(k, KEYS),
-                             ", ".join(sorted(KEYS)))
-    outputs = OUTPUTS[mode]
-    by = raw.get("by", [])
-    if isinstance(by, str):
-        by = [by]
-    if not isinstance(by, list) or any(b not in axes for b in by) or len(set(by)) != len(by):
-        raise InputError(file, f"{key}.by", f"value {raw.get('by')!r} is not valid",
-                         "a list of distinct study axes: " + (", ".join(axes) or "(none)"))
-    numeric = [k for k, v in outputs.items() if v.kind == "float" and not v.dims]
-    objective = raw.get("objective", PRIMARY_METRIC[mode])
-    if objective not in numeric:
-        raise InputError(file, f"{key}.objective", f"{objective!r} is not a numeric output"
-                         + suggest(str(objective), numeric), ", ".join(numeric))
-    direction = raw.get("direction", "maximize")
-    if direction not in ("maximize", "minimize"):
-        raise InputError(file, f"{key}.direction", f"value {direction!r} is not valid",
-                         "maximize or minimize")
-    constraints = raw.get("constraints", [])
-    if not isinstance(constraints, list):
-        raise InputError(file, f"{key}.constraints", f"value {constraints!r} is not valid",
-                         "a list of constraint strings such as \"ttft_s <= 2\"")
-    constraints = tuple(parse_constraint(c, file, outputs, f"{key}.constraints")
-                        for c in constraints)
-    histogram = raw.get("histogram")
-    if histogram is not None:
-        histogram = _parse_histogram(histogram, file, f"{key}.histogram", numeric)
-    # Axes are ordered as in the study, whatever order ``by`` lists them in.
-    return ReduceSpec(tuple(a for a in axes if a in by), objective, direction, constraints,
-                      histogram)
-
-
-def _parse_histogram(raw, file, key, numeric) -> Histogram:
-    allowed = "{ variable = NAME, range = [LOW, HIGH], bins = N, log = true|false }"
-    if isinstance(raw, str):
-        raw = {"variable": raw}
-    if not isinstance(raw, dict):
-        raise InputError(file, key, f"value {raw!r} is not valid", allowed)
-    for k in raw:
-        if k not in HISTOGRAM_KEYS:
-            raise InputError(file, f"{key}.{k}", "unknown key" + suggest(k, HISTOGRAM_KEYS),
-                             ", ".join(sorted(HISTOGRAM_KEYS)))
-    variable = raw.get("variable")
-    if variable not in numeric:
-        raise InputError(file, f"{key}.variable", f"{variable!r} is not a numeric output"
-                         + suggest(str(variable), numeric), ", ".join(numeric))
-    bins = raw.get("bins", 50)
-    if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= 10_000:
-        raise InputError(file, f"{key}.bins", f"value {bins!r} is not valid",
-                         "an integer from 1 to 10000")
-    log = raw.get("log", False)
-    if not isinstance(log, bool):
-        raise InputError(file, f"{key}.log", f"value {log!r} is not valid", "true or false")
-    rng = raw.get("range")
-    ok = (isinstance(rng, list) and len(rng) == 2
-          and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                  for v in rng) and rng[0] < rng[1] and (not log or rng[0] > 0))
-    if not ok:
-        raise InputError(file, f"{key}.range", f"value {rng!r} is not valid",
-                         "[LOW, HIGH] with LOW < HIGH, in the variable's SI units"
-                         + (" and LOW > 0 for log bins" if log else ""))
-    return Histogram(variable, bins, float(rng[0]), float(rng[1]), log)
 
 
 # --- the per-chunk kernel -------------------------------------------------------------
@@ -399,7 +291,7 @@ def warm_best(study, spec: ReduceSpec) -> None:
 def evaluate_points(study, columns: dict[str, list], names: list[str]) -> dict:
     """The outputs ``names`` at a vector of points (``columns``: one list per axis)."""
     from .evaluate import evaluate
-    from .grid import tables
+    from .core.tables import tables
     from .search.space import point
 
     models, hardware = tables(study)

@@ -12,7 +12,7 @@ from . import grid
 from .results.dataset import to_dataset
 from .results.io import write_dataset
 from .lazy import write_netcdf
-from .study import Study, load_study
+from .study.study import Study, load_study
 
 
 def _progress_bar(enabled: bool | None):

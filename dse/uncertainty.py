@@ -22,7 +22,7 @@ from .errors import InputError
 from .evaluate import evaluate
 from .catalogue.hardware import CALIBRATION_FIELDS, HardwareSpec
 from .schema.outputs import OUTPUTS
-from .study import Study, load_study
+from .study.study import Study, load_study
 
 MAX_EVALUATIONS = 2e8  # grid points x samples kept in memory at once
 

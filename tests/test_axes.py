@@ -2,7 +2,7 @@
 
 import pytest
 
-from dse.axes import parse_axis
+from dse.study.axes import parse_axis
 from dse.errors import InputError
 
 

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from dse import grid
 from dse.schema.outputs import REASON_BITS
-from dse.study import Output
+from dse.study.output import Output
 from dse.sweep import sweep
 
 from .helpers import sweep_text

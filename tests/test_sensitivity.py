@@ -120,13 +120,12 @@ def test_output_axes_are_those_of_a_shape_trace():
     import functools
 
     from dse.sensitivity import _dependencies, _elasticity_variables
-    from dse.sensitivity.config import parse_sensitivity
     from dse.sensitivity.elasticity import Spec, sensitivities
 
     study = parse_study(study_text(model="llama-2-7b", hardware=["h100-sxm", "a100-80gb"],
                                    batch=[1, 64], input_len=512, output_len=[64, 256],
                                    hbm_bw_scale=[1.0, 2.0]), "<deps>")
-    cfg = parse_sensitivity(study)
+    cfg = study.sensitivity_config()
     spec = Spec(study.mode, cfg.metrics, cfg.params, cfg.delta, 1e-3, study.features)
     extra = {k: lead for k, (lead, _, _) in _elasticity_variables(cfg, study.mode).items()}
     traced = grid.function_dependencies(study, functools.partial(sensitivities, spec=spec),
@@ -150,8 +149,8 @@ def test_inverse_answers_meet_the_target():
                     continue
                 from dse.sweep import sweep
 
-                again = sweep(study.with_axes(usecase=str(usecase), batch=int(batch),
-                                              **{knob: scale}), progress=False)
+                again = sweep(study.at(usecase=str(usecase), batch=int(batch),
+                                       **{knob: scale}), progress=False)
                 value = again[metric].item()
                 assert value <= bound * (1 + 1e-9)
                 assert value == pytest.approx(bound, rel=0.005), (q, usecase, batch)

@@ -11,7 +11,7 @@ import xarray as xr
 from .._version import __version__
 from ..grid import knob_attrs
 from ..schema.outputs import BOUND_CODES, EXTRA_COORDS, OUTPUTS, REASON_BITS, REASONS
-from ..study import Study
+from ..study.study import Study
 
 
 def provenance(study: Study) -> dict:

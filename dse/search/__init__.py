@@ -7,14 +7,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
-from ..study import Study, load_study
-from .config import SearchConfig, parse_search
+from ..errors import InputError
+from ..study.search import SearchConfig, storage_url
+from ..study.study import Study, load_study
 from .results import SearchResult, best_trials, describe, exhaustive, trials_dataset
 from .run import open_study, run_trials
 
-__all__ = ["SearchConfig", "SearchResult", "parse_search", "search"]
+__all__ = ["SearchConfig", "SearchResult", "search"]
 
 
 def search(study: Study | str | Path, *, out: str | Path | None = None, n_trials: int | None = None,
@@ -27,10 +29,11 @@ def search(study: Study | str | Path, *, out: str | Path | None = None, n_trials
     """
     if not isinstance(study, Study):
         study = load_study(study)
-    cfg = parse_search(study, Path(out) if out is not None else None)
+    if study.search is None:
+        raise InputError(study.file, "[search]", "missing", "a [search] section with an objective")
+    results = Path(out) if out is not None else study.output.path or Path("results") / f"{study.name}.nc"
+    cfg = dataclasses.replace(study.search, storage=storage_url(study.search, results))
     if n_trials is not None:
-        import dataclasses
-
         cfg = dataclasses.replace(cfg, n_trials=n_trials)
     opt = open_study(cfg, study)
     told = run_trials(study, cfg, opt, progress)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..schema.outputs import REASON_BITS
-from .config import Constraint
+from ..study.constraints import Constraint
 
 STRUCTURAL = "structurally_valid"
 BIG = 1e9

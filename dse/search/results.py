@@ -14,10 +14,10 @@ import numpy as np
 import optuna
 import xarray as xr
 
-from ..study import Study
+from ..study.study import Study
 from ..sweep import sweep
 from . import constraints as C
-from .config import SearchConfig
+from ..study.search import SearchConfig
 from .run import INNER_ATTR
 from .space import distributions, enumerable
 
@@ -141,7 +141,7 @@ def best_trials(opt: optuna.Study, cfg: SearchConfig) -> list[optuna.trial.Froze
 def describe(study: Study, trial: optuna.trial.FrozenTrial, cfg: SearchConfig) -> dict:
     """A best trial with every output of its configuration (re-evaluated exactly)."""
     axes = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in _params(trial).items()}
-    ds = sweep(study.with_axes(**axes), progress=False)
+    ds = sweep(study.at(**axes), progress=False)
     outputs = {k: _plain(ds[k].values) for k in ds.data_vars}
     return {"trial": trial.number, "axes": axes,
             "objectives": dict(zip(cfg.objectives, trial.values)), "outputs": outputs}

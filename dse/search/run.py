@@ -19,9 +19,9 @@ import optuna
 from .. import grid
 from ..evaluate import evaluate
 from ..errors import InputError
-from ..study import Study
+from ..study.study import Study
 from . import constraints as C
-from .config import STORAGE_ALLOWED, SearchConfig
+from ..study.search import STORAGE_ALLOWED, SearchConfig
 from .space import as_python, distributions, pad, point
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -15,7 +15,7 @@ from optuna.distributions import (BaseDistribution, CategoricalDistribution,
 
 from .. import grid
 from ..schema.knobs import fields
-from ..study import Axis, Study
+from ..study.study import Axis, Study
 
 
 def distribution(study: Study, axis: Axis) -> BaseDistribution:

@@ -24,12 +24,13 @@ from .. import grid
 from ..results.dataset import coords, provenance
 from ..evaluate import take
 from ..schema.outputs import OUTPUTS
-from ..study import DEFAULT_CHUNK_POINTS, Study, load_study
-from .config import INVERSE, PARAMS, SensitivityConfig, parse_sensitivity
+from ..study.output import DEFAULT_CHUNK_POINTS
+from ..study.study import Study, load_study
+from ..study.sensitivity import INVERSE, PARAMS, SensitivityConfig
 from .elasticity import EPS, Spec, sensitivities
 from .inverse import required_scale
 
-__all__ = ["SensitivityConfig", "parse_sensitivity", "sensitivity"]
+__all__ = ["SensitivityConfig", "sensitivity"]
 
 _VALUE_FIELD = {"hbm_bw": ("hbm_bw_bytes_per_s", "bytes/s", "memory bandwidth"),
                 "tflops": ("flops_per_s_16", "FLOP/s", "16-bit peak (every peak scales alike)"),
@@ -62,7 +63,7 @@ def sensitivity(study: Study | str | Path, *, progress=None) -> xr.Dataset:
     """Elasticities, what-ifs, inverse answers and mixes for ``study``'s grid."""
     if not isinstance(study, Study):
         study = load_study(study)
-    cfg = parse_sensitivity(study)
+    cfg = study.sensitivity_config()
     # every point is evaluated ~6 x (parameters) times at once: smaller blocks
     budget = max(1, (study.output.chunk_points or DEFAULT_CHUNK_POINTS)
                  // (6 * len(cfg.params)))

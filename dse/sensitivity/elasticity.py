@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from ..evaluate import evaluate
-from .config import PARAMS
+from ..study.sensitivity import PARAMS
 
 EPS = {"float64": 1e-7, "float32": 1e-3}
 

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from ..evaluate import evaluate
-from .config import INVERSE, Inverse
+from ..study.sensitivity import INVERSE, Inverse
 
 LOW, HIGH, STEPS = 1e-3, 1e3, 60
 

@@ -21,19 +21,17 @@ import dataclasses
 import itertools
 import math
 import re
-from typing import Any
 
-import jax
 import numpy as np
 
-from .catalogue import lookup as catalogue
-from .errors import InputError, suggest
-from .formulas.types import Links
-from .catalogue.hardware import HardwareCard, HardwareSpec, stack
+from .. import checks
+from ..catalogue.hardware import HardwareCard
+from ..catalogue.lookup import load_hardware
+from ..errors import InputError
 
-KEYS = {"objective", "loop", "stages", "link", "links", "compression"}
-STAGE_KEYS = {"hardware", "layers"}
-LINK_KEYS = {"bandwidth", "latency_ms", "overhead_ms", "direction"}
+KEYS = ("objective", "loop", "stages", "link", "links", "compression")
+STAGE_KEYS = ("hardware", "layers")
+LINK_KEYS = ("bandwidth", "latency_ms", "overhead_ms", "direction")
 OBJECTIVES = ("tpot", "ttft", "e2e")
 DIRECTIONS = {"one_way": 1.0, "round_trip": 2.0}
 MAX_CANDIDATES = 2_000_000
@@ -119,65 +117,23 @@ def compositions(total: int, fixed: tuple[int | None, ...]):
         yield tuple(split)
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class PipelineSpec:
-    """What the evaluator receives in place of a hardware table in pipeline mode."""
-
-    hardware: HardwareSpec  # one entry per stage
-    links: Links  # one entry per link
-    candidates: Any  # [C, S] layers per stage
-    candidate_layers: Any  # [C] the model layer count each candidate splits
-
-
-def spec(cfg: PipelineConfig, layer_counts, dtype) -> PipelineSpec:
-    cand, totals = cfg.candidates(layer_counts)
-    n = len(cfg.links)
-
-    def col(values):
-        return np.asarray(values, dtype).reshape(n)
-
-    links = Links(col([l.bw for l in cfg.links]), col([l.latency_s for l in cfg.links]),
-                  col([l.overhead_s for l in cfg.links]), col([l.direction for l in cfg.links]),
-                  col([cfg.ratio] * n), col([cfg.compress_bytes_per_s] * n))
-    return PipelineSpec(stack([c.spec() for c in cfg.stages], dtype), links,
-                        cand.astype(dtype), totals.astype(dtype))
-
-
-def _number(value, file, key, low=0.0):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < low:
-        raise InputError(file, key, f"value {value!r} is not valid", f"a number >= {low:g}")
-    return float(value)
-
-
 def _link(raw, file, key) -> Link:
-    if not isinstance(raw, dict):
-        raise InputError(file, key, "must be a table", "{ bandwidth = \"1 Gbit/s\", ... }")
-    for k in raw:
-        if k not in LINK_KEYS:
-            raise InputError(file, f"{key}.{k}", "unknown key" + suggest(k, LINK_KEYS),
-                             ", ".join(sorted(LINK_KEYS)))
+    checks.table(raw, file, key, "{ bandwidth = \"1 Gbit/s\", ... }")
+    checks.known_keys(raw, LINK_KEYS, file, key)
     if "bandwidth" not in raw:
         raise InputError(file, f"{key}.bandwidth", "missing", RATE_FORM)
-    direction = raw.get("direction", "one_way")
-    if direction not in DIRECTIONS:
-        raise InputError(file, f"{key}.direction", f"value {direction!r} is not valid",
-                         ", ".join(DIRECTIONS))
+    direction = checks.choice(raw, "direction", "one_way", DIRECTIONS, file, key)
     return Link(parse_rate(raw["bandwidth"], file, f"{key}.bandwidth"),
-                _number(raw.get("latency_ms", 0.0), file, f"{key}.latency_ms") * 1e-3,
-                _number(raw.get("overhead_ms", 0.0), file, f"{key}.overhead_ms") * 1e-3,
+                checks.number(raw.get("latency_ms", 0.0), file, f"{key}.latency_ms", 0.0) * 1e-3,
+                checks.number(raw.get("overhead_ms", 0.0), file, f"{key}.overhead_ms", 0.0) * 1e-3,
                 DIRECTIONS[direction])
 
 
-def parse_pipeline(raw: Any, file: str, base_dir, model_layers: dict[str, int]) -> PipelineConfig:
+def parse_pipeline(raw, file: str, base_dir, model_layers: dict[str, int]) -> PipelineConfig:
     """Validate the ``[pipeline]`` section (``model_layers``: the study's models)."""
     if not isinstance(raw, dict):
         raise InputError(file, "[pipeline]", "missing", "a [pipeline] section with stages")
-    for k in raw:
-        if k not in KEYS:
-            raise InputError(file, f"pipeline.{k}", "unknown key" + suggest(k, KEYS),
-                             ", ".join(sorted(KEYS)))
+    checks.known_keys(raw, KEYS, file, "pipeline")
     stages_raw = raw.get("stages")
     if not isinstance(stages_raw, list) or not stages_raw:
         raise InputError(file, "pipeline.stages", "missing or empty",
@@ -188,20 +144,15 @@ def parse_pipeline(raw: Any, file: str, base_dir, model_layers: dict[str, int]) 
         if not isinstance(st, dict) or "hardware" not in st:
             raise InputError(file, key, "a stage needs a hardware entry",
                              '{ hardware = "m2", layers = 8 }')
-        for k in st:
-            if k not in STAGE_KEYS:
-                raise InputError(file, f"{key}.{k}", "unknown key" + suggest(k, STAGE_KEYS),
-                                 ", ".join(sorted(STAGE_KEYS)))
-        stages.append(catalogue.load_hardware(st["hardware"], referrer=file,
-                                              key=f"{key}.hardware", base_dir=base_dir))
+        checks.known_keys(st, STAGE_KEYS, file, key)
+        stages.append(load_hardware(st["hardware"], referrer=file, key=f"{key}.hardware",
+                                    base_dir=base_dir))
         n = st.get("layers")
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             raise InputError(file, f"{key}.layers", f"value {n!r} is not valid",
                              "a positive integer")
         layers.append(n)
-    loop = raw.get("loop", False)
-    if not isinstance(loop, bool):
-        raise InputError(file, "pipeline.loop", f"value {loop!r} is not valid", "true or false")
+    loop = checks.boolean(raw, "loop", False, file, "pipeline")
     n_links = len(stages) - 1 + int(loop)
     if "link" in raw and "links" in raw:
         raise InputError(file, "pipeline.links", "give either link (every hop) or links",
@@ -220,17 +171,14 @@ def parse_pipeline(raw: Any, file: str, base_dir, model_layers: dict[str, int]) 
         links = (_link(raw["link"], file, "pipeline.link"),) * n_links
     else:
         links = ()
-    objective = raw.get("objective", "tpot")
-    if objective not in OBJECTIVES:
-        raise InputError(file, "pipeline.objective", f"value {objective!r} is not valid",
-                         ", ".join(OBJECTIVES))
+    objective = checks.choice(raw, "objective", "tpot", OBJECTIVES, file, "pipeline")
     ratio, throughput = 1.0, 0.0
     if "compression" in raw:
         comp = raw["compression"]
         if not isinstance(comp, dict) or set(comp) - {"ratio", "throughput"} or "ratio" not in comp:
             raise InputError(file, "pipeline.compression", f"value {comp!r} is not valid",
                              '{ ratio = 2.0, throughput = "400 MB/s" }')
-        ratio = _number(comp["ratio"], file, "pipeline.compression.ratio", 1.0)
+        ratio = checks.number(comp["ratio"], file, "pipeline.compression.ratio", 1.0)
         if "throughput" in comp:
             throughput = parse_rate(comp["throughput"], file, "pipeline.compression.throughput")
     cfg = PipelineConfig(tuple(stages), tuple(layers), links, loop, objective, ratio, throughput)

@@ -1,8 +1,10 @@
 """Read a study file into a validated :class:`Study`: the one input boundary of dse.
 
-Everything a study can get wrong is caught here and reported as an
-:class:`~dse.errors.InputError` naming the file, the key, the value and what is
-allowed; past this point the evaluator never raises.
+Every section (``[study]``, ``[axes]``, ``[output]`` with ``[output.reduce]``,
+``[search]``, ``[sensitivity]``, ``[pipeline]``, the calibration it names) is parsed and
+checked here, when the study is loaded, whichever verb runs it. Everything a study can
+get wrong is reported as an :class:`~dse.errors.InputError` naming the file, the key, the
+value and what is allowed; past this point the evaluator never raises.
 """
 
 from __future__ import annotations
@@ -12,20 +14,23 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from .catalogue import lookup as catalogue
-from .schema import knobs
+from .. import checks
+from ..catalogue import calibration as calibration_files
+from ..catalogue.hardware import HardwareCard
+from ..catalogue.lookup import load_hardware, load_model, roots
+from ..catalogue.model import ModelCard
+from ..errors import InputError
+from ..schema import knobs
+from ..schema.outputs import OUTPUTS
 from .axes import parse_axis
-from .errors import InputError, suggest
-from .catalogue.hardware import HardwareCard
-from .catalogue.model import ModelCard
-from .schema.outputs import OUTPUTS
+from .output import Output, parse_output
+from .pipeline import parse_pipeline
+from .search import SearchConfig, parse_search
+from .sensitivity import SensitivityConfig, parse_sensitivity
 
-SECTIONS = {"study", "axes", "output", "search", "sensitivity", "pipeline"}
-STUDY_KEYS = {"name", "mode", "description", "dtype", "calibration", "framework"}
-OUTPUT_KEYS = {"path", "variables", "chunk_points", "compress", "breakdown", "reduce", "workers"}
+SECTIONS = ("study", "axes", "output", "search", "sensitivity", "pipeline")
+STUDY_KEYS = ("name", "mode", "description", "dtype", "calibration", "framework")
 DTYPES = ("float32", "float64")
-FORMATS = {".nc": "netcdf", ".zarr": "zarr"}
-DEFAULT_CHUNK_POINTS = 1 << 22
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,18 +40,6 @@ class Axis:
     name: str
     values: tuple
     spec: object = None  # the study's own value: a list, or a range table
-
-
-@dataclasses.dataclass(frozen=True)
-class Output:
-    path: Path | None
-    format: str
-    variables: tuple[str, ...] | None  # None: the mode's defaults for the study's features
-    chunk_points: int | None  # None: the default (dse.grid.chunk_budget)
-    compress: bool
-    breakdown: bool = False
-    reduce: Any = None  # ReduceSpec: stream the grid into a reduction over these groups
-    workers: int | str = "auto"  # local worker processes for streamed sweeps ("auto": this one)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,8 +58,10 @@ class Study:
     dtype: str = "float32"
     sections: dict[str, Any] = dataclasses.field(default_factory=dict)
     pipeline: Any = None  # PipelineConfig in pipeline mode
-    calibration: Any = None  # dse.calibration.Calibration ([study] calibration = "...")
+    calibration: Any = None  # dse.catalogue.calibration.Calibration ([study] calibration)
     framework: str | None = None  # the calibration's framework this study runs on
+    search: SearchConfig | None = None  # the [search] section, if any
+    sensitivity: SensitivityConfig | None = None  # the [sensitivity] section, if any
 
     @property
     def evaluation_width(self) -> int:
@@ -126,10 +121,29 @@ class Study:
 
     def with_axes(self, **overrides) -> "Study":
         """A copy with some keys replaced (a list makes an axis, a scalar fixes the key)."""
-        raw = dict(self.sections.get("axes", {}))
+        return self._reparsed(dict(self.sections), overrides)
+
+    def at(self, **values) -> "Study":
+        """The study at chosen values (scalars fix keys, lists make axes), for evaluating
+        those points: the analysis sections, which refer to the axes (``[search]``,
+        ``[sensitivity]``, ``[output.reduce]``), are dropped."""
+        sections = {k: v for k, v in self.sections.items() if k not in ("search", "sensitivity")}
+        if isinstance(sections.get("output"), dict):
+            sections["output"] = {k: v for k, v in sections["output"].items() if k != "reduce"}
+        return self._reparsed(sections, values)
+
+    def _reparsed(self, sections: dict, overrides: dict) -> "Study":
+        raw = dict(sections.get("axes", {}))
         raw.update(overrides)
-        return parse_study_dict(dict(self.sections, axes=raw), self.text, self.file,
+        return parse_study_dict(dict(sections, axes=raw), self.text, self.file,
                                 base_dir=Path(self.file).parent)
+
+    def sensitivity_config(self) -> SensitivityConfig:
+        """The ``[sensitivity]`` section, or its defaults for this study."""
+        if self.sensitivity is not None:
+            return self.sensitivity
+        return parse_sensitivity({}, self.file, self.mode,
+                                 {a.name: a.values for a in self.dims})
 
 
 def load_study(path: str | Path) -> Study:
@@ -153,40 +167,19 @@ def parse_study(text: str, file: str = "<study>", base_dir: Path | None = None) 
     return parse_study_dict(raw, text, file, base_dir)
 
 
-def _table(raw: dict, section: str, file: str) -> dict:
-    value = raw.get(section, {})
-    if not isinstance(value, dict):
-        raise InputError(file, section, "must be a table", f"a [{section}] section")
-    return value
-
-
 def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = None) -> Study:
-    for section in raw:
-        if section not in SECTIONS:
-            raise InputError(file, f"[{section}]", "unknown section" + suggest(section, SECTIONS),
-                             ", ".join(f"[{s}]" for s in sorted(SECTIONS)))
-    head = _table(raw, "study", file)
-    for key in head:
-        if key not in STUDY_KEYS:
-            raise InputError(file, f"study.{key}", "unknown key" + suggest(key, STUDY_KEYS),
-                             ", ".join(sorted(STUDY_KEYS)))
-    mode = head.get("mode", "inference")
-    if mode not in knobs.MODES:
-        raise InputError(file, "study.mode", f"value {mode!r} is not valid", ", ".join(knobs.MODES))
-    dtype = head.get("dtype", "float32")
-    if dtype not in DTYPES:
-        raise InputError(file, "study.dtype", f"value {dtype!r} is not valid", ", ".join(DTYPES))
-    name = head.get("name", Path(file).stem)
-    if not isinstance(name, str) or not name:
-        raise InputError(file, "study.name", f"value {name!r} is not valid", "a non-empty string")
+    checks.known_keys({f"[{k}]": None for k in raw}, [f"[{s}]" for s in SECTIONS], file,
+                      what="section")
+    head = checks.table(raw.get("study", {}), file, "study", "a [study] section")
+    checks.known_keys(head, STUDY_KEYS, file, "study")
+    mode = checks.choice(head, "mode", "inference", knobs.MODES, file, "study")
+    dtype = checks.choice(head, "dtype", "float32", DTYPES, file, "study")
+    name = checks.string(head, "name", Path(file).stem, file, "study")
 
     point_type = knobs.POINT_TYPES[mode]
     fields = knobs.fields(point_type)
-    axes_raw = _table(raw, "axes", file)
-    for key in axes_raw:
-        if key not in fields:
-            raise InputError(file, f"axes.{key}", f"unknown key for mode {mode!r}"
-                             + suggest(key, fields), ", ".join(fields))
+    axes_raw = checks.table(raw.get("axes", {}), file, "axes", "a [axes] section")
+    checks.known_keys(axes_raw, fields, file, "axes", f"key for mode {mode!r}")
     for key in ("model", "hardware"):
         if key in fields and key not in axes_raw:
             raise InputError(file, f"axes.{key}", "missing", knobs.KINDS[key])
@@ -223,9 +216,9 @@ def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = No
         names = [n for n in dict.fromkeys(values_of(key)) if n is not None]
         return {n: loader(n, referrer=file, key=f"axes.{key}", base_dir=base_dir) for n in names}
 
-    model_cards = resolve("model", catalogue.load_model)
-    hardware_cards = resolve("hardware", catalogue.load_hardware) if "hardware" in fields else {}
-    draft_cards = resolve("draft_model", catalogue.load_model) if "draft_model" in fields else {}
+    model_cards = resolve("model", load_model)
+    hardware_cards = resolve("hardware", load_hardware) if "hardware" in fields else {}
+    draft_cards = resolve("draft_model", load_model) if "draft_model" in fields else {}
     labels = {"model": model_cards, "hardware": hardware_cards, "draft_model": draft_cards}
     for key, cards in labels.items():
         names = [c.name for c in cards.values()]
@@ -247,17 +240,21 @@ def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = No
     pipeline = None
     hardware = tuple(hardware_cards.values())
     if mode == "pipeline":
-        from .pipeline import parse_pipeline
-
         pipeline = parse_pipeline(raw["pipeline"], file, base_dir,
                                   {c.name: c.fields["n_layers"] for c in model_cards.values()})
         hardware = pipeline.stages  # the stage table, in stage order
     calibration, framework = _parse_calibration(head, file, base_dir, mode)
+    axis_names = tuple(a.name for a in dims)
+    search = (parse_search(raw["search"], file, mode, name, axis_names)
+              if "search" in raw else None)
+    sensitivity = (parse_sensitivity(raw["sensitivity"], file, mode,
+                                     {a.name: a.values for a in dims})
+                   if "sensitivity" in raw else None)
     study = Study(name=name, mode=mode, text=text, file=file, dims=tuple(dims), fixed=fixed,
                   models=tuple(table.values()), hardware=hardware,
-                  output=_parse_output(raw, file, mode, tuple(a.name for a in dims)), dtype=dtype,
+                  output=parse_output(raw, file, mode, axis_names), dtype=dtype,
                   sections=dict(raw), pipeline=pipeline, calibration=calibration,
-                  framework=framework)
+                  framework=framework, search=search, sensitivity=sensitivity)
     _check_contradictions(study)
     return study
 
@@ -274,17 +271,13 @@ def _parse_calibration(head: dict, file: str, base_dir: Path | None, mode: str):
         raise InputError(file, "study.calibration", "not supported in pipeline mode",
                          "inference or training studies")
     if not isinstance(path, str) or not path:
-        raise InputError(file, "study.calibration", f"value {path!r} is not valid",
-                         "a path to a calibration .toml")
-    from .catalogue import calibration as C
-
+        raise checks.invalid(file, "study.calibration", path, "a path to a calibration .toml")
     resolved = Path(path)
     if not resolved.is_absolute():
         resolved = (base_dir or Path.cwd()) / resolved
         if not resolved.is_file():
-            resolved = next((r / path for r in catalogue.roots() if (r / path).is_file()),
-                            resolved)
-    cal = C.load(resolved, referrer=file, key="study.calibration")
+            resolved = next((r / path for r in roots() if (r / path).is_file()), resolved)
+    cal = calibration_files.load(resolved, referrer=file, key="study.calibration")
     if framework is None:
         if len(cal.frameworks) != 1:
             raise InputError(file, "study.framework", "missing (the calibration has several)",
@@ -294,70 +287,6 @@ def _parse_calibration(head: dict, file: str, base_dir: Path | None, mode: str):
         raise InputError(file, "study.framework", f"value {framework!r} is not in the "
                          "calibration", ", ".join(cal.frameworks))
     return cal, framework
-
-
-def _parse_output(raw: dict, file: str, mode: str, axes: tuple[str, ...] = ()) -> Output:
-    out = _table(raw, "output", file)
-    for key in out:
-        if key not in OUTPUT_KEYS:
-            raise InputError(file, f"output.{key}", "unknown key" + suggest(key, OUTPUT_KEYS),
-                             ", ".join(sorted(OUTPUT_KEYS)))
-    path = out.get("path")
-    fmt = "netcdf"
-    if path is not None:
-        if not isinstance(path, str) or not path:
-            raise InputError(file, "output.path", f"value {path!r} is not valid",
-                             "a file name ending in .nc or .zarr")
-        suffix = Path(path).suffix
-        if suffix not in FORMATS:
-            raise InputError(file, "output.path", f"extension {suffix or '(none)'!r} is not "
-                             "supported", "a file name ending in .nc (netCDF) or .zarr (zarr)")
-        fmt = FORMATS[suffix]
-        path = Path(path)
-    available = OUTPUTS[mode]
-    breakdown = out.get("breakdown", False)
-    if not isinstance(breakdown, bool):
-        raise InputError(file, "output.breakdown", f"value {breakdown!r} is not valid",
-                         "true or false")
-    variables = out.get("variables")
-    if variables == "all":
-        variables = [k for k, v in available.items() if not v.feature or v.feature != "breakdown"
-                     or breakdown]
-    elif variables is not None:
-        if not isinstance(variables, list) or not variables:
-            raise InputError(file, "output.variables", f"value {variables!r} is not valid",
-                             'a non-empty list of output names, or "all"')
-        for v in variables:
-            if v not in available:
-                raise InputError(file, "output.variables", f"unknown output {v!r}"
-                                 + suggest(v, available), ", ".join(available))
-            if available[v].feature == "breakdown" and not breakdown:
-                raise InputError(file, "output.variables", f"{v!r} needs the breakdown",
-                                 "output.breakdown = true")
-        variables = tuple(dict.fromkeys(variables))
-    chunk = out.get("chunk_points")
-    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
-        raise InputError(file, "output.chunk_points", f"value {chunk!r} is not valid",
-                         "a positive integer")
-    compress = out.get("compress", False)
-    if not isinstance(compress, bool):
-        raise InputError(file, "output.compress", f"value {compress!r} is not valid",
-                         "true or false")
-    workers = out.get("workers", "auto")
-    if workers != "auto" and (isinstance(workers, bool) or not isinstance(workers, int)
-                              or workers < 1):
-        raise InputError(file, "output.workers", f"value {workers!r} is not valid",
-                         '"auto" (this process, one XLA host device per core) or an '
-                         "integer >= 1")
-    reduce = None
-    if "reduce" in out:
-        if mode == "pipeline":
-            raise InputError(file, "output.reduce", "applies to inference and training "
-                             "studies", "no [output.reduce] in pipeline mode")
-        from .reduce import parse_reduce
-
-        reduce = parse_reduce(out["reduce"], file, mode, axes)
-    return Output(path, fmt, variables, chunk, compress, breakdown, reduce, workers)
 
 
 def _check_contradictions(study: Study) -> None:

@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError, suggest
-from .schema.knobs import KINDS, OPTIMIZERS, RECOMPUTE
+from .. import checks
+from ..errors import InputError, suggest
+from ..schema.knobs import KINDS, OPTIMIZERS, RECOMPUTE
 
-_RANGE_KEYS = {"start", "stop", "step", "num", "log", "factor"}
+_RANGE_KEYS = ("start", "stop", "step", "num", "log", "factor")
 _MAX_RANGE = 10_000_000
 
 
@@ -36,7 +37,7 @@ def check_scalar(value: Any, kind: str, file, key: str) -> Any:
             raise InputError(file, key, f"value {value!r} is not valid", allowed)
         return value
     if kind == "usecase":
-        from .catalogue.usecases import USECASES
+        from ..catalogue.usecases import USECASES
 
         if value not in USECASES:
             raise InputError(file, key, f"unknown use case {value!r}" + suggest(value, USECASES),
@@ -90,9 +91,7 @@ def check_scalar(value: Any, kind: str, file, key: str) -> Any:
 def expand_range(spec: dict, kind: str, file, key: str) -> list:
     """The values of a range table (see the module docstring)."""
     form = "a range {start, stop, step | num [, log] | factor}"
-    unknown = set(spec) - _RANGE_KEYS
-    if unknown:
-        raise InputError(file, key, f"unknown range key {sorted(unknown)[0]!r}", form)
+    checks.known_keys(spec, _RANGE_KEYS, file, key, "range key")
     if "start" not in spec or "stop" not in spec:
         raise InputError(file, key, "a range needs start and stop", form)
     start, stop = spec["start"], spec["stop"]

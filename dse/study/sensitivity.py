@@ -8,18 +8,22 @@ delta = 0.1                                           # the what-if step, +-10%
 inverse = [{ param = "hbm_bw", goal = "tpot_s <= 0.03" }]
 mix = { usecase = { chat = 0.7, summarization = 0.3 } }   # weights over study axes
 ```
+
+Parsed when the study is loaded, so a malformed section fails ``dse sweep`` too; a study
+without the section gets the defaults when ``dse sensitivity`` runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from .. import checks
 from ..errors import InputError, suggest
 from ..schema.outputs import OUTPUTS
-from ..search.config import Constraint, parse_constraint
-from ..study import Study
+from .constraints import Constraint, parse_constraint
+from .reduce import numeric_outputs
 
-KEYS = {"metrics", "params", "delta", "inverse", "mix"}
+KEYS = ("metrics", "params", "delta", "inverse", "mix")
 DEFAULT_METRICS = {"inference": ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s"),
                    "training": ("step_s", "tokens_per_s", "mfu")}
 
@@ -76,72 +80,68 @@ class SensitivityConfig:
     mix: dict[str, dict]
 
 
-def parse_sensitivity(study: Study) -> SensitivityConfig:
-    file = study.file
-    if study.mode not in DEFAULT_METRICS:
+def parse_sensitivity(raw, file: str, mode: str, axes: dict) -> SensitivityConfig:
+    """Validate a ``[sensitivity]`` section (``{}``: the defaults) for a study of ``mode``
+    whose axes are ``axes`` (name -> values)."""
+    if mode not in DEFAULT_METRICS:
         raise InputError(file, "study.mode", f"dse sensitivity does not support mode "
-                         f"{study.mode!r} yet", ", ".join(DEFAULT_METRICS))
-    raw = study.sections.get("sensitivity", {})
-    if not isinstance(raw, dict):
-        raise InputError(file, "[sensitivity]", "must be a table", "a [sensitivity] section")
-    for key in raw:
-        if key not in KEYS:
-            raise InputError(file, f"sensitivity.{key}", "unknown key" + suggest(key, KEYS),
-                             ", ".join(sorted(KEYS)))
-    outputs = OUTPUTS[study.mode]
-    numeric = [k for k, v in outputs.items() if v.kind == "float" and not v.dims]
-    metrics = raw.get("metrics", list(DEFAULT_METRICS[study.mode]))
+                         f"{mode!r} yet", ", ".join(DEFAULT_METRICS))
+    raw = checks.table(raw, file, "[sensitivity]", "a [sensitivity] section")
+    checks.known_keys(raw, KEYS, file, "sensitivity")
+    outputs = OUTPUTS[mode]
+    numeric = numeric_outputs(mode)
+    metrics = raw.get("metrics", list(DEFAULT_METRICS[mode]))
     if not isinstance(metrics, list) or not metrics:
-        raise InputError(file, "sensitivity.metrics", f"value {metrics!r} is not valid",
-                         "a non-empty list of numeric outputs")
+        raise checks.invalid(file, "sensitivity.metrics", metrics,
+                             "a non-empty list of numeric outputs")
     for m in metrics:
         if m not in numeric:
             raise InputError(file, "sensitivity.metrics", f"{m!r} is not a numeric output"
                              + suggest(str(m), numeric), ", ".join(numeric))
     params = raw.get("params", list(PARAMS))
     if not isinstance(params, list) or not params:
-        raise InputError(file, "sensitivity.params", f"value {params!r} is not valid",
-                         "a non-empty list of hardware parameters")
+        raise checks.invalid(file, "sensitivity.params", params,
+                             "a non-empty list of hardware parameters")
     for p in params:
         if p not in PARAMS:
             raise InputError(file, "sensitivity.params", f"unknown parameter {p!r}"
                              + suggest(str(p), PARAMS), ", ".join(PARAMS))
     delta = raw.get("delta", 0.1)
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
-        raise InputError(file, "sensitivity.delta", f"value {delta!r} is not valid",
-                         "a fraction in (0, 1), e.g. 0.1 for +-10%")
+    if not checks.is_number(delta) or not 0 < delta < 1:
+        raise checks.invalid(file, "sensitivity.delta", delta,
+                             "a fraction in (0, 1), e.g. 0.1 for +-10%")
     inverse = []
-    for i, q in enumerate(raw.get("inverse", [])):
+    queries = raw.get("inverse", [])
+    if not isinstance(queries, list):
+        raise checks.invalid(file, "sensitivity.inverse", queries,
+                             'a list of { param = "hbm_bw", goal = "tpot_s <= 0.03" }')
+    for i, q in enumerate(queries):
         key = f"sensitivity.inverse[{i}]"
         if not isinstance(q, dict) or set(q) != {"param", "goal"}:
-            raise InputError(file, key, f"value {q!r} is not valid",
-                             '{ param = "hbm_bw", goal = "tpot_s <= 0.03" }')
-        if q["param"] not in INVERSE:
-            raise InputError(file, f"{key}.param", f"unknown parameter {q['param']!r}",
-                             ", ".join(INVERSE))
-        goal = parse_constraint(q["goal"], file, outputs)
+            raise checks.invalid(file, key, q, '{ param = "hbm_bw", goal = "tpot_s <= 0.03" }')
+        checks.choice(q, "param", None, INVERSE, file, key)
+        goal = parse_constraint(q["goal"], file, outputs, f"{key}.goal")
         if goal.bound is None and goal.variable != "fits":
             raise InputError(file, f"{key}.goal", f"{q['goal']!r} cannot be met by a resource",
                              "'METRIC <= NUMBER', 'METRIC >= NUMBER' or 'fits'")
         inverse.append(Inverse(q["param"], goal))
     mix = raw.get("mix", {})
-    axes = {a.name: a for a in study.dims}
     if not isinstance(mix, dict):
-        raise InputError(file, "sensitivity.mix", f"value {mix!r} is not valid",
-                         "a table of axis = { value = weight, ... }")
+        raise checks.invalid(file, "sensitivity.mix", mix,
+                             "a table of axis = { value = weight, ... }")
     for axis, weights in mix.items():
         if axis not in axes:
             raise InputError(file, f"sensitivity.mix.{axis}", "not an axis of the study",
                              ", ".join(axes))
         if not isinstance(weights, dict) or not weights:
-            raise InputError(file, f"sensitivity.mix.{axis}", f"value {weights!r} is not valid",
-                             "a table of axis value = weight")
-        labels = {str(v): v for v in axes[axis].values}
+            raise checks.invalid(file, f"sensitivity.mix.{axis}", weights,
+                                 "a table of axis value = weight")
+        labels = {str(v): v for v in axes[axis]}
         for label, w in weights.items():
             if label not in labels:
                 raise InputError(file, f"sensitivity.mix.{axis}.{label}",
                                  "not a value of the axis", ", ".join(labels))
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0:
+            if not checks.is_number(w) or w < 0:
                 raise InputError(file, f"sensitivity.mix.{axis}.{label}",
                                  f"weight {w!r} is not valid", "a non-negative number")
     return SensitivityConfig(tuple(metrics), tuple(params), float(delta), tuple(inverse), mix)

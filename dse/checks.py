@@ -1,0 +1,107 @@
+"""The checks every input file goes through: tables, known keys, values of a type or a choice.
+
+One helper per kind of check, so a study section, a catalogue card and a calibration file
+refuse bad input in the same words: an :class:`~dse.errors.InputError` naming the file,
+the key (dotted, ``search.n_trials``), the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .errors import InputError, suggest
+
+_MISSING = object()
+
+
+def dotted(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def table(value, file, key: str, allowed: str) -> dict:
+    """``value`` if it is a TOML table, else the error naming ``key``."""
+    if not isinstance(value, dict):
+        raise InputError(file, key, "must be a table", allowed)
+    return value
+
+
+def known_keys(raw: Mapping, allowed: Iterable[str], file, prefix: str = "",
+               what: str = "key") -> None:
+    """The one unknown-key check: every key of ``raw`` is in ``allowed``."""
+    allowed = list(allowed)
+    for key in raw:
+        if key not in allowed:
+            raise InputError(file, dotted(prefix, key), f"unknown {what}" + suggest(key, allowed),
+                             ", ".join(sorted(allowed)))
+
+
+def invalid(file, key: str, value, allowed: str) -> InputError:
+    """The error for a value that is not allowed."""
+    return InputError(file, key, f"value {value!r} is not valid", allowed)
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def boolean(raw: Mapping, key: str, default: bool, file, prefix: str = "") -> bool:
+    value = raw.get(key, default)
+    if not isinstance(value, bool):
+        raise invalid(file, dotted(prefix, key), value, "true or false")
+    return value
+
+
+def integer(raw: Mapping, key: str, default, file, prefix: str = "", low: int = 0,
+            high: int | None = None, allowed: str | None = None):
+    """An integer in [low, high]; ``default`` None may stay None."""
+    value = raw.get(key, default)
+    if value is None and default is None:
+        return None
+    if (isinstance(value, bool) or not isinstance(value, int) or value < low
+            or (high is not None and value > high)):
+        raise invalid(file, dotted(prefix, key), value, allowed or (
+            f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"))
+    return value
+
+
+def number(value, file, key: str, low: float = -math.inf, allowed: str | None = None) -> float:
+    """A finite number >= ``low``."""
+    if not is_number(value) or not math.isfinite(value) or value < low:
+        raise invalid(file, key, value, allowed or f"a number >= {low:g}")
+    return float(value)
+
+
+def choice(raw: Mapping, key: str, default, choices: Iterable, file, prefix: str = "",
+           allowed: str | None = None):
+    """One of ``choices``."""
+    choices = list(choices)
+    value = raw.get(key, default)
+    if not any(c is value if isinstance(c, bool) or isinstance(value, bool) else c == value
+               for c in choices):
+        raise invalid(file, dotted(prefix, key), value,
+                      allowed or ", ".join(str(c) for c in choices))
+    return value
+
+
+def string(raw: Mapping, key: str, default: Any, file, prefix: str = "",
+           allowed: str = "a non-empty string") -> Any:
+    """A non-empty string (or the default, which may be None)."""
+    value = raw.get(key, default)
+    if value is None and default is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise invalid(file, dotted(prefix, key), value, allowed)
+    return value
+
+
+def string_list(raw: Mapping, key: str, default, file, prefix: str = "",
+                allowed: str = "a list of strings") -> list:
+    """A list (a single string is a list of one)."""
+    value = raw.get(key, default)
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise invalid(file, dotted(prefix, key), value, allowed)
+    return value

@@ -1,0 +1,64 @@
+"""Which axes each output varies along, read off one shape trace of the evaluator.
+
+Every axis is given length 2 in an abstract point (:func:`template_point`); an output
+whose shape keeps a 2 there varies along it. Outputs are then stored over those axes
+only (``n_params`` over ``model``), which is what makes a grid of millions of points
+cheap to keep. The answer depends only on the study's layout, so it is cached.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from ..schema.knobs import fields
+from .encoding import INDEX_KEYS
+from .tables import numpy_dtype
+
+_CACHE: dict[tuple, dict] = {}
+
+
+def template_point(study):
+    """Abstract knob pytree with every axis of length 2 (for dependency tracing)."""
+    rank = len(study.dims)
+    dims = [a.name for a in study.dims]
+    usecase = "usecase" in dims and study.values("usecase") != (None,)
+    leaves = {}
+    for key in fields(study.point_type):
+        shape = [1] * rank
+        if key in dims:
+            shape[dims.index(key)] = 2
+        if usecase and key in ("input_len", "output_len"):
+            shape[dims.index("usecase")] = 2
+        leaves[key] = jax.ShapeDtypeStruct(
+            tuple(shape), np.int32 if key in INDEX_KEYS else numpy_dtype(study))
+    return study.point_type(**leaves)
+
+
+def function_dependencies(study, evaluator, fn, lead: dict[str, int]
+                          ) -> dict[str, tuple[str, ...]]:
+    """The axes each output of ``fn(point, models, hardware)`` varies along, with the
+    evaluator's tables and precision; ``lead[name]`` leading axes of its own first."""
+    spec = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
+                                  (evaluator.models, evaluator.hardware))
+    with evaluator.precision():
+        shapes = jax.eval_shape(fn, template_point(study), *spec)
+    dims = [a.name for a in study.dims]
+    out = {}
+    for name, k in lead.items():
+        shape = shapes[name].shape[k:]
+        shape = (1,) * (len(dims) - len(shape)) + shape
+        out[name] = tuple(d for d, n in zip(dims, shape) if n == 2)
+    return out
+
+
+def dependencies(study, evaluator) -> dict[str, tuple[str, ...]]:
+    """For each of the evaluator's outputs, the study axes it varies along (cached per
+    axis layout)."""
+    key = (study.mode, tuple(a.name for a in study.dims), evaluator.names, len(study.models),
+           len(study.hardware), study.dtype, study.features, study.values("usecase")
+           if "usecase" in fields(study.point_type) else None)
+    if key not in _CACHE:
+        _CACHE[key] = function_dependencies(study, evaluator, evaluator.traced,
+                                            evaluator.lead_dims())
+    return _CACHE[key]
