@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dse import grid
+from dse.run import chunks as grid
 from dse.results.dataset import to_dataset
 from dse.study import parse_study
 

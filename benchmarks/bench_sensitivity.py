@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from dse import grid
+from dse.run import chunks as grid
 from dse.sensitivity import sensitivity
 from dse.study import parse_study
 
@@ -58,7 +58,7 @@ def main() -> None:
     # baseline: two sweeps per parameter, the hardware table scaled by 1 +- h
     names = ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s")
     models, hardware = grid.tables(study)
-    from dse.evaluate import evaluate
+    from dse.core.evaluate import evaluate
 
     h = 1e-3
     runs = []

@@ -22,10 +22,10 @@ from pathlib import Path
 import psutil
 import xarray as xr
 
-from dse.devices import host_devices
-from dse.evaluate import enable_compilation_cache
+from dse.run.devices import host_devices
+from dse.run.xla import enable_compilation_cache
 from dse.study import parse_study
-from dse.sweep import sweep_to_file
+from dse.run.sweep import sweep_to_file
 
 STUDY = """
 [study]

@@ -29,12 +29,12 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from dse import grid, hugepages
-from dse.evaluate import evaluate
+from dse.run import chunks as grid, hugepages
+from dse.core.evaluate import evaluate
 from dse.results.io import write_dataset
 from dse.results.dataset import to_dataset
 from dse.study import parse_study
-from dse.sweep import sweep_to_file
+from dse.run.sweep import sweep_to_file
 
 STUDY = """
 [study]

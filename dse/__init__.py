@@ -5,27 +5,56 @@ grids of configurations; results are labelled xarray Datasets.
 
     >>> import dse
     >>> ds = dse.sweep("studies/llama-serving.toml")      # doctest: +SKIP
-    >>> ds.throughput_tok_s.where(ds.valid).max()          # doctest: +SKIP
+    >>> ds.dse.best()                                      # doctest: +SKIP
+
+The names below are re-exported from the modules that define them, imported when first
+used (``import dse`` loads neither JAX nor xarray, and changes nothing in the process:
+XLA is configured when a run starts, or by :func:`configure_xla`).
 """
 
-from . import xla as _xla
+from __future__ import annotations
 
-_xla.configure()  # before JAX starts: host devices, kept barriers (dse.xla)
+import importlib
+import sys
 
-from ._version import __version__  # noqa: E402
-from .catalogue.lookup import load_hardware, load_model  # noqa: E402
-from .errors import InputError  # noqa: E402
-from .evaluate import evaluate  # noqa: E402
-from .results.io import write_dataset  # noqa: E402
-from .schema.knobs import InferencePoint  # noqa: E402
-from .report import plot, report  # noqa: E402
-from .search import SearchResult, search  # noqa: E402
-from .sensitivity import sensitivity  # noqa: E402
-from .study.study import Study, load_study, parse_study  # noqa: E402
-from .sweep import sweep, sweep_to_file  # noqa: E402
+from ._version import __version__
 
-__all__ = [
-    "__version__", "InferencePoint", "InputError", "SearchResult", "Study", "evaluate",
-    "load_hardware", "load_model", "load_study", "parse_study", "plot", "report", "search",
-    "sensitivity", "sweep", "sweep_to_file", "write_dataset",
-]
+# Functions named as the packages that hold them (dse.search is a package too): bound here,
+# after their packages load, so that ``dse.search`` stays the function. Light imports.
+from .report.api import plot, report
+from .search.api import search
+from .sensitivity.api import sensitivity
+
+_EXPORTS = {
+    "Evaluator": "dse.core.evaluator",
+    "InferencePoint": "dse.schema.knobs",
+    "InputError": "dse.errors",
+    "SearchResult": "dse.search.results",
+    "Study": "dse.study.study",
+    "configure_xla": ("dse.run.xla", "configure"),
+    "load_hardware": "dse.catalogue.lookup",
+    "load_model": "dse.catalogue.lookup",
+    "load_study": "dse.study.study",
+    "parse_study": "dse.study.study",
+    "sweep": "dse.run.sweep",
+    "sweep_to_file": "dse.run.sweep",
+    "write_dataset": "dse.results.io",
+}
+__all__ = sorted(["__version__", "plot", "report", "search", "sensitivity", *_EXPORTS])
+
+if "xarray" in sys.modules:  # the ``ds.dse`` accessor, for Datasets opened with xarray
+    importlib.import_module("dse.results.select")
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'dse' has no attribute {name!r}")
+    module, attribute = _EXPORTS[name] if isinstance(_EXPORTS[name], tuple) else (
+        _EXPORTS[name], name)
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -24,7 +24,7 @@ def _cmd_sweep(args) -> int:
     from .study.output import FORMATS
     from .study.study import load_study
     from .results.summary import reduce_summary, sweep_summary
-    from .sweep import sweep_to_file
+    from .run.sweep import sweep_to_file
 
     study = load_study(args.study)
     if args.output is not None and Path(args.output).suffix not in FORMATS:
@@ -68,7 +68,7 @@ EXIT_INFEASIBLE = 3
 
 
 def _cmd_search(args) -> int:
-    from .search import search
+    from .search.api import search
     from .search.files import default_output, summary, write_files
     from .study.study import load_study
 
@@ -93,10 +93,10 @@ def _cmd_search(args) -> int:
 
 def _cmd_sensitivity(args) -> int:
     from .results.io import write_dataset
-    from .sensitivity import sensitivity
+    from .sensitivity.api import sensitivity
     from .sensitivity.report import write_report
     from .study.study import load_study
-    from .sweep import _progress_bar
+    from .run.progress import chunk_bar
 
     study = load_study(args.study)
     base = study.output.path or Path("results") / f"{study.name}.nc"
@@ -105,7 +105,7 @@ def _cmd_sensitivity(args) -> int:
         raise InputError("-o", str(out), "unsupported output extension",
                          "a path ending in .nc or .zarr")
     start = time.perf_counter()
-    ds = sensitivity(study, progress=_progress_bar(None if not args.quiet else False))
+    ds = sensitivity(study, progress=chunk_bar(None if not args.quiet else False))
     write_dataset(ds, out)
     paths = write_report(ds, out)
     n = int(ds.sizes.get("hw_param", 0))
@@ -118,14 +118,14 @@ def _cmd_sensitivity(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from .report import report
+    from .report.api import report
 
     print(f"wrote {report(args.result, args.output)}")
     return 0
 
 
 def _cmd_plot(args) -> int:
-    from .report import plot
+    from .report.api import plot
 
     options = dict(metric=args.metric, x=args.x, y=args.y, workload=args.workload)
     print(f"wrote {plot(args.result, args.kind, args.output, **options)}")
@@ -178,7 +178,7 @@ def _cmd_models(args) -> int:
 
 
 def _cmd_validate(args) -> int:
-    from .validate import dumps_json, validate
+    from .validate.validation import dumps_json, validate
 
     result = validate(args.data, calibration=args.calibration, holdout=args.holdout)
     out = Path(args.output)
@@ -194,7 +194,7 @@ def _cmd_validate(args) -> int:
 
 def _cmd_calibrate(args) -> int:
     from .catalogue.calibration import save
-    from .validate import calibrate
+    from .validate.calibrate import calibrate
 
     out = Path(args.output)
     if out.suffix != ".toml":
@@ -323,9 +323,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.verb in ("sweep", "search", "sensitivity", "validate", "calibrate"):
-        from .evaluate import enable_compilation_cache
+        from .run import xla
 
-        enable_compilation_cache()
+        xla.configure()  # before anything starts JAX
+        xla.enable_compilation_cache()
     try:
         code = args.run(args)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit

@@ -15,12 +15,12 @@ import jax
 import numpy as np
 import xarray as xr
 
-from . import grid
 from .catalogue.calibration import sample_specs
-from .results.dataset import coords, provenance
-from .errors import InputError
-from .evaluate import evaluate
 from .catalogue.hardware import CALIBRATION_FIELDS, HardwareSpec
+from .core.evaluator import Evaluator
+from .errors import InputError
+from .results.dataset import coords, provenance
+from .run.chunks import chunk_point, plan
 from .schema.outputs import OUTPUTS
 from .study.study import Study, load_study
 
@@ -51,18 +51,16 @@ def bands(study: Study | str | Path, samples: int = 64, quantiles=(0.05, 0.5, 0.
                          "many for one evaluation", f"at most {MAX_EVALUATIONS:.0e} in all")
     names = names or band_metrics(study)
     dtype = np.float64 if study.dtype == "float64" else np.float32
-    models, _ = grid.tables(study)
+    evaluator = Evaluator.of(study, names)
     hardware = sample_specs([c.spec() for c in study.hardware], [c.name for c in study.hardware],
                             study.calibration, study.framework, samples, seed)
     hardware = jax.tree_util.tree_map(lambda x: np.asarray(x, dtype), hardware)
     axes = HardwareSpec(**{f.name: 0 if f.name in CALIBRATION_FIELDS else None
                            for f in dataclasses.fields(HardwareSpec)})
-    point = grid.chunk_point(study, grid.plan(study.shape, max(study.size, 1))[0])
-    features = study.features
-    with jax.enable_x64(study.dtype == "float64"):
-        run = jax.jit(jax.vmap(lambda hw: evaluate(point, models, hw, study.mode, names,
-                                                   features), in_axes=(axes,)))
-        out = run(hardware)
+    point = chunk_point(study, plan(study.shape, max(study.size, 1))[0])
+    with evaluator.precision():
+        out = jax.jit(jax.vmap(lambda hw: evaluator.traced(point, hardware=hw),
+                               in_axes=(axes,)))(hardware)
     dims = ("quantile",) + tuple(a.name for a in study.dims)
     q = np.asarray(quantiles, np.float64)
     data = {}

@@ -9,9 +9,11 @@ import fcntl
 import os
 from pathlib import Path
 
-import dse  # noqa: F401  (first, as users import it: its XLA flags precede JAX's start)
+import dse
 import jax
 import pytest
+
+dse.configure_xla()  # before anything starts JAX: host devices and kept barriers
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -29,7 +31,7 @@ def _compilation_cache(tmp_path_factory):
     path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "jax-cache"
     path.mkdir(exist_ok=True)
     os.environ["DSE_CACHE_DIR"] = str(path)
-    from dse.evaluate import enable_compilation_cache
+    from dse.run.xla import enable_compilation_cache
 
     enable_compilation_cache(path)
 

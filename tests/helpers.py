@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dse.study import parse_study
-from dse.sweep import sweep
+from dse.run.sweep import sweep
 
 
 def study_text(**axes) -> str:

@@ -66,6 +66,21 @@ CASES = {
     "negative_optimizer_bytes": (TRAIN.replace("zero_stage = 1", "optimizer = -2"),
                                  "axes.optimizer"),
     "inference_key_in_training": (TRAIN.replace("zero_stage = 1", "batch = 8"), "axes.batch"),
+    # analysis sections are checked when the study loads, whichever verb runs it
+    "search_unknown_key": (GOOD + '[search]\nobjective = "ttft_s"\nn_trails = 5\n',
+                           "search.n_trails"),
+    "search_unknown_objective": (GOOD + '[search]\nobjective = "tok_s"\n', "search.objective"),
+    "search_bad_constraint": (GOOD + '[search]\nobjective = "ttft_s"\nconstraints = '
+                              '["ttft_s << 2"]\n', "search.constraints"),
+    "search_inner_not_an_axis": (GOOD + '[search]\nobjective = "ttft_s"\nmode = "hybrid"\n'
+                                 'inner = ["tp"]\n', "search.inner"),
+    "sensitivity_unknown_key": (GOOD + "[sensitivity]\ndelta = 0.1\nmetricz = []\n",
+                                "sensitivity.metricz"),
+    "sensitivity_bad_delta": (GOOD + "[sensitivity]\ndelta = 2\n", "sensitivity.delta"),
+    "sensitivity_bad_goal": (GOOD + '[sensitivity]\ninverse = [{ param = "hbm_bw", '
+                             'goal = "tpot_s <= fast" }]\n', "sensitivity.inverse[0].goal"),
+    "reduce_unknown_key": (GOOD.replace("[output]", "[output.reduce]\nbyy = []\n[output]"),
+                           "output.reduce.byy"),
 }
 
 

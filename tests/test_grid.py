@@ -1,4 +1,4 @@
-"""Grid evaluation: pointwise agreement, chunking, dependency dims (grid.py)."""
+"""Grid evaluation: pointwise agreement, chunking, dependency dims (dse.run)."""
 
 import dataclasses
 
@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from dse import grid
+from dse.run import chunks as grid
 from dse.schema.outputs import REASON_BITS
 from dse.study.output import Output
-from dse.sweep import sweep
+from dse.run.sweep import sweep
 
 from .helpers import sweep_text
 

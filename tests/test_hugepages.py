@@ -1,5 +1,5 @@
 """dse.hugepages: whether XLA's buffers get transparent huge pages, and the in-memory
-sweep's block size that follows from it (dse.grid.chunk_budget)."""
+sweep's block size that follows from it (dse.run.chunks.chunk_budget)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from dse import grid, hugepages
+from dse.run import chunks as grid, hugepages
+from dse.run.memory import run
 from dse.study import parse_study
 
 from .test_scale import GRID
@@ -49,7 +50,7 @@ def test_thp_mode_is_the_bracketed_one(tmp_path, monkeypatch, text, mode):
 
 
 def _probe(env) -> str:
-    code = "from dse import hugepages; print(hugepages.for_malloc())"
+    code = "from dse.run import hugepages; print(hugepages.for_malloc())"
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, check=True).stdout.strip()
 
@@ -90,10 +91,10 @@ def test_one_piece_and_chunks_give_the_same_values(study, monkeypatch):
     monkeypatch.setattr(grid, "DEFAULT_CHUNK_POINTS", 300)
     monkeypatch.setattr(hugepages, "for_malloc", lambda: False)
     assert len(grid.plan(study.shape, grid.chunk_budget(study, in_memory=True))) > 10
-    chunked, _ = grid.run(study)
+    chunked, _ = run(study)
     monkeypatch.setattr(hugepages, "for_malloc", lambda: True)
     assert len(grid.plan(study.shape, grid.chunk_budget(study, in_memory=True))) == 1
-    whole, _ = grid.run(study)
+    whole, _ = run(study)
     for name, a in chunked.items():
         if a.dtype.kind == "f":
             np.testing.assert_allclose(whole[name], a, rtol=4 * 2.0 ** -23, err_msg=name)

@@ -8,7 +8,7 @@ import pytest
 
 from dse.cli import main
 from dse.study import parse_study
-from dse.sweep import sweep
+from dse.run.sweep import sweep
 
 
 def pipeline_study(axes: dict, pipeline: str, dtype="float64") -> str:

@@ -1,8 +1,8 @@
 """Streamed sweeps across processes and devices: a real dask LocalCluster (2 worker
 processes on loopback) gives the in-memory result, a worker killed mid-sweep costs
 nothing, two XLA host devices in one process and another process (another hash seed)
-give bit-identical results; the XLA flags ``import dse`` sets, and the optimization
-barriers they keep, change no value.
+give bit-identical results; the XLA flags a run sets (``import dse`` sets none), and the
+optimization barriers they keep, change no value.
 
 References are the in-memory sweep, independent of the streaming code (as in
 test_scale.py, whose grid and helpers these tests share).
@@ -20,7 +20,7 @@ import pytest
 import xarray as xr
 
 import dse
-from dse.sweep import sweep_to_file
+from dse.run.sweep import sweep_to_file
 
 from .test_scale import GRID, REDUCE, Interrupt, _same, study
 
@@ -33,9 +33,9 @@ def full():
 @pytest.fixture(scope="module")
 def cluster():
     import distributed  # a core dependency: a missing install must fail, not skip
-    os.environ["DSE_WORKER"] = "1"
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  host="127.0.0.1", dashboard_address=None) as c:
+                                  host="127.0.0.1", dashboard_address=None,
+                                  env={"DSE_WORKER": "1"}) as c:
         yield c
 
 
@@ -53,7 +53,7 @@ def test_killed_worker_mid_sweep_leaves_a_complete_identical_result(full, cluste
                                                                     monkeypatch):
     from distributed import Client
 
-    sweep_mod = sys.modules["dse.sweep"]
+    sweep_mod = sys.modules["dse.run.progress"]
 
     with Client(cluster.scheduler_address) as client:
         pids = list(client.run(os.getpid).values())
@@ -65,7 +65,7 @@ def test_killed_worker_mid_sweep_leaves_a_complete_identical_result(full, cluste
                 os.kill(pids[0], signal.SIGKILL)
                 killed.set()
 
-    monkeypatch.setattr(sweep_mod, "_points_bar", lambda enabled: KillAfterFirst(0))
+    monkeypatch.setattr(sweep_mod, "points_bar", lambda enabled: KillAfterFirst(0))
     ds, path = sweep_to_file(study(chunk=53), tmp_path / "grid.zarr",
                              scheduler=cluster.scheduler_address)
     assert killed.is_set()
@@ -87,33 +87,31 @@ def test_results_do_not_depend_on_the_process(full, tmp_path):
 
 MULTI_DEVICE = """
 import sys
-import dse  # first: dse asks XLA for the host devices before JAX starts
+import dse
+dse.configure_xla()  # first: dse asks XLA for the host devices before JAX starts
 import jax
-from dse import devices, engine
+from dse.core.evaluator import Evaluator
+from dse.run import devices
 from dse.study import parse_study
-from dse.sweep import sweep_to_file
+from dse.run.sweep import sweep_to_file
 assert len(jax.devices()) == 2, jax.devices()
 devices.MULTI_DEVICE_MIN_POINTS = 0  # the test grid is small
-used, original = set(), engine.placed
-def placed(point, prep, device):
-    used.add(device.id)
-    return original(point, prep, device)
-engine.placed = placed
+used, original = [], Evaluator.on
+def on(self, point, device):
+    used[-1].add(device.id)
+    return original(self, point, device)
+Evaluator.on = on
 grid, reduce, out = sys.argv[1:]
-sweep_to_file(parse_study(reduce), out + "/best.nc")  # (zarr writes run the same way)
-from dse import lazy
-nc, dispatch = set(), lazy.Dispatcher._dispatch
-def counting(self, i):
-    nc.add(self.devices[i % len(self.devices)].id)
-    return dispatch(self, i)
-lazy.Dispatcher._dispatch = counting
+used.append(set())  # the reduction's task pipeline (zarr writes run the same way)
+sweep_to_file(parse_study(reduce), out + "/best.nc")
+used.append(set())  # the netCDF writer
 sweep_to_file(parse_study(grid), out + "/grid.nc")
-print(sorted(used), sorted(nc))
+print(*(sorted(u) for u in used))
 """
 
 
 def test_two_host_devices_give_the_same_results(full, tmp_path):
-    """Chunks round-robin over two XLA host devices (dse.devices) in one process, in
+    """Chunks round-robin over two XLA host devices (dse.run.devices) in one process, in
     the engine's task pipeline (a reduction) and the netCDF writer: the same results
     as one device."""
     by = '["model", "tp"]'
@@ -133,13 +131,15 @@ BARRIERS_DROPPED = """
 import os, sys, warnings
 import jax
 jax.devices()  # XLA starts before dse: with its own flags, it drops optimization barriers
+import dse
+from dse.study import parse_study
+study = parse_study(sys.argv[1], "<test>")
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    import dse
-assert "JAX started before `import dse`" in str(caught[0].message)
-from dse.study import parse_study
+    ds = dse.sweep(study)
+assert "JAX started before dse configured XLA" in str(caught[0].message)
 assert "cse_barrier_expander" not in os.environ.get("XLA_FLAGS", "")
-dse.sweep(parse_study(sys.argv[1], "<test>")).to_netcdf(sys.argv[2])
+ds.to_netcdf(sys.argv[2])
 """
 
 
@@ -147,9 +147,14 @@ def _env_without_flags():
     return {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "DSE_WORKER")}
 
 
-def test_import_asks_xla_for_devices_and_kept_barriers():
-    """``import dse`` sets XLA_FLAGS before JAX starts (dse.xla), also after ``import
-    jax`` (which does not start XLA), leaving a flag the user set alone."""
+TINY = '[study]\nname = "t"\n[axes]\nmodel = "llama-3.2-1b"\nhardware = "h100-sxm"\n'
+
+
+def test_import_changes_nothing_and_a_run_configures_xla():
+    """``import dse`` leaves the environment as it was (and loads neither JAX nor
+    xarray); configuring XLA (a run does it, or dse.configure_xla()) asks for one host
+    device per core and kept barriers before JAX starts, also after ``import jax``
+    (which does not start XLA), leaving a flag the user set alone."""
     env = {**_env_without_flags(), "DSE_HOST_DEVICES": "3"}
 
     def run(script):
@@ -158,20 +163,27 @@ def test_import_asks_xla_for_devices_and_kept_barriers():
         assert done.stderr == ""  # no warning
         return done.stdout.split()
 
+    assert run("import os, sys; before = dict(os.environ); import dse; "
+               "print(dict(os.environ) == before, 'jax' in sys.modules, "
+               "'xarray' in sys.modules)") == ["True", "False", "False"]
     for first in ("", "import jax; "):
-        assert sorted(run(first + "import os, dse; print(os.environ['XLA_FLAGS'])")) == [
+        assert sorted(run(first + "import os, dse; dse.configure_xla(); "
+                          "print(os.environ['XLA_FLAGS'])")) == [
             "--xla_disable_hlo_passes=cse_barrier_expander",
             "--xla_force_host_platform_device_count=3"]
-    assert run("import jax, dse; print(jax.device_count())") == ["3"]  # XLA read them
+    # a sweep configures XLA before its evaluator starts JAX, and XLA reads the flags
+    assert run(f"import jax, dse; dse.sweep(dse.parse_study({TINY!r})); "
+               "print(jax.device_count())") == ["3"]
     env["XLA_FLAGS"] = "--xla_disable_hlo_passes=foo"
-    assert sorted(run("import os, dse; print(os.environ['XLA_FLAGS'])")) == [
+    assert sorted(run("import os, dse; dse.configure_xla(); print(os.environ['XLA_FLAGS'])")) == [
         "--xla_disable_hlo_passes=foo", "--xla_force_host_platform_device_count=3"]
 
 
 def test_kept_barriers_change_no_value(full, tmp_path):
     """The barriers that keep TTFT, TPOT and the phase sums out of their consumers'
-    fusions (dse.formulas.parts.computed_once) are identities: a process where XLA
-    drops them (XLA started before dse, with a warning) gives the same values. Fused differently,
+    fusions (dse.core.fusion.computed_once) are identities: a process where XLA
+    drops them (XLA started before a run configured it, with a warning) gives the same
+    values. Fused differently,
     float32 rounding may differ in the last place (contracted multiply-adds), hence
     rtol = 4 float32 ulp rather than bit equality."""
     path = tmp_path / "dropped.nc"

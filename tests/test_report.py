@@ -18,7 +18,8 @@ import xarray as xr
 import dse
 from dse.cli import main
 from dse.report import figure
-from dse.report.reduce import best_over, pareto_front
+from dse.report.facets import best_over
+from dse.results.select import pareto_front
 from dse.report.result import open_result
 
 from .conftest import STUDIES

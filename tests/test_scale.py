@@ -20,7 +20,8 @@ import dse
 from dse.errors import InputError
 from dse.schema.outputs import REASON_BITS
 from dse.study import parse_study
-from dse.sweep import sweep_to_file
+from dse.run.chunks import plan
+from dse.run.sweep import sweep_to_file
 
 GRID = """
 [study]
@@ -125,30 +126,30 @@ def test_zarr_streaming_equals_in_memory(full, tmp_path):
 @pytest.mark.parametrize("compress", [False, True])
 def test_netcdf_written_chunk_by_chunk_equals_in_memory(full, tmp_path, monkeypatch, compress):
     """The .nc path evaluates ahead while writing: same result, bounded chunks in flight."""
-    from dse import lazy
+    from dse.run import netcdf
 
     s = study(chunk=97, extra="compress = true\n" if compress else "")
-    n_chunks = len(dse.grid.plan(s.shape, s.output.chunk_points))
+    n_chunks = len(plan(s.shape, s.output.chunk_points))
     assert n_chunks > 20 and s.output.compress is compress
     in_flight = []
-    original = lazy.Dispatcher._dispatch
+    original = netcdf.Dispatcher._dispatch
 
     def dispatch(self, i):
         original(self, i)
         in_flight.append(len(self.futures))
 
-    monkeypatch.setattr(lazy.Dispatcher, "_dispatch", dispatch)
+    monkeypatch.setattr(netcdf.Dispatcher, "_dispatch", dispatch)
     ds, path = sweep_to_file(s, tmp_path / "grid.nc")
     assert len(in_flight) == n_chunks  # every chunk evaluated exactly once
-    assert max(in_flight) <= lazy.AHEAD + 1
+    assert max(in_flight) <= netcdf.AHEAD + 1
     _same(full, xr.open_dataset(path, engine="h5netcdf").load())
     _same(full, ds.load())  # the returned Dataset: data read back from the file
     assert ds["throughput_tok_s"].attrs["units"] == "tokens/s"
 
 
 def test_interrupted_netcdf_write_leaves_nothing(tmp_path, monkeypatch):
-    sweep_mod = sys.modules["dse.sweep"]
-    monkeypatch.setattr(sweep_mod, "_points_bar", lambda enabled: Interrupt(3))
+    sweep_mod = sys.modules["dse.run.progress"]
+    monkeypatch.setattr(sweep_mod, "points_bar", lambda enabled: Interrupt(3))
     with pytest.raises(KeyboardInterrupt):
         sweep_to_file(study(chunk=97), tmp_path / "grid.nc")
     assert list(tmp_path.iterdir()) == []
@@ -175,29 +176,29 @@ class Interrupt:
 @pytest.mark.parametrize("target, by", [("grid.zarr", None), ("grid.nc", None),
                                         ("best.nc", '["tp"]')])
 def test_interrupted_sweep_resumes_to_the_same_result(full, tmp_path, monkeypatch, target, by):
-    sweep_mod = sys.modules["dse.sweep"]
+    sweep_mod = sys.modules["dse.run.progress"]
 
     s = study(chunk=200, by=by)
     out = tmp_path / target
-    monkeypatch.setattr(sweep_mod, "_points_bar", lambda enabled: Interrupt(5))
+    monkeypatch.setattr(sweep_mod, "points_bar", lambda enabled: Interrupt(5))
     with pytest.raises(KeyboardInterrupt):
         sweep_to_file(s, out, resume=True)
     partial = tmp_path / f".{target}.partial"
     assert not out.exists(), "no partial file looks complete"
     assert len(list((partial / "done").iterdir())) >= 4
     seen = []
-    monkeypatch.setattr(sweep_mod, "_points_bar", lambda enabled: None)
-    from dse import engine
+    monkeypatch.setattr(sweep_mod, "points_bar", lambda enabled: None)
+    from dse.run import cluster
 
-    original = engine.Runner.run
+    original = cluster.Runner.run
 
     def counting(self, fn, args, indices, on_done, progress=None):
         seen.extend(indices)
         return original(self, fn, args, indices, on_done, progress)
 
-    monkeypatch.setattr(engine.Runner, "run", counting)
+    monkeypatch.setattr(cluster.Runner, "run", counting)
     ds, path = sweep_to_file(s, out, resume=True)
-    n_chunks = len(dse.grid.plan(s.shape, s.output.chunk_points))
+    n_chunks = len(plan(s.shape, s.output.chunk_points))
     assert 0 < len(seen) <= n_chunks - 4  # finished chunks were not recomputed
     assert not partial.exists()
     result = xr.open_zarr(path).load() if target.endswith(".zarr") else xr.open_dataset(path).load()
@@ -206,12 +207,12 @@ def test_interrupted_sweep_resumes_to_the_same_result(full, tmp_path, monkeypatc
 
 
 def test_resume_refuses_a_different_study(tmp_path, monkeypatch):
-    sweep_mod = sys.modules["dse.sweep"]
+    sweep_mod = sys.modules["dse.run.progress"]
 
-    monkeypatch.setattr(sweep_mod, "_points_bar", lambda enabled: Interrupt(2))
+    monkeypatch.setattr(sweep_mod, "points_bar", lambda enabled: Interrupt(2))
     with pytest.raises(KeyboardInterrupt):
         sweep_to_file(study(chunk=200), tmp_path / "g.zarr")
-    monkeypatch.setattr(sweep_mod, "_points_bar", lambda enabled: None)
+    monkeypatch.setattr(sweep_mod, "points_bar", lambda enabled: None)
     other = study(chunk=200).with_axes(tp=[1, 2])
     with pytest.raises(InputError, match="different study"):
         sweep_to_file(other, tmp_path / "g.zarr", resume=True)

@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 from dse.cli import main
 from dse.search import search
 from dse.study import load_study, parse_study
-from dse.sweep import sweep
+from dse.run.sweep import sweep
 
 from .conftest import STUDIES
 
@@ -228,3 +228,20 @@ def test_sqlite_study_file_is_in_write_ahead_log_mode(tmp_path):
     optuna.create_study(storage=other, study_name="plain")
     assert sqlite3.connect(tmp_path / "o.db").execute("PRAGMA journal_mode").fetchone()[0] \
         == "delete"
+
+
+def test_a_float64_study_is_searched_in_float64(tmp_path):
+    """The trials of a ``dtype = "float64"`` study are evaluated in float64: each best
+    trial's objective is the float64 sweep's value of its configuration, to the last
+    bit, not the float32 one (which differs in the 8th digit)."""
+    text = SMALL.format(constraints='["fits"]', n=24, storage=":memory:")
+    wide = parse_study(text.replace('name = "small"', 'name = "small"\ndtype = "float64"'),
+                       "<f64>")
+    result = search(wide, out=tmp_path / "s.nc")
+    best = result.best[0]
+    value = best["objectives"]["throughput_tok_s"]
+    assert value == best["outputs"]["throughput_tok_s"]  # describe() sweeps the point
+    narrow = sweep(parse_study(text, "<f32>").at(**best["axes"]), progress=False)
+    assert narrow["throughput_tok_s"].dtype == "float32"
+    assert value != float(narrow["throughput_tok_s"])
+    assert value == pytest.approx(float(narrow["throughput_tok_s"]), rel=1e-6)

@@ -8,9 +8,10 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 
 from dse.catalogue import lookup as catalogue
-from dse import grid
+from dse.core.evaluator import Evaluator
+from dse.core.trace import function_dependencies
+from dse.run.chunks import chunk_point, plan
 from dse.cli import main
-from dse.evaluate import evaluate
 from dse.sensitivity import sensitivity
 from dse.study import parse_study
 
@@ -31,13 +32,14 @@ METRICS = ("ttft_s", "tpot_s")
 
 def finite_differences(study, field, h=1e-5):
     """Central differences of log(metric) in log(field), changing the hardware table."""
-    models, hardware = grid.tables(study)
-    point = grid.chunk_point(study, grid.plan(study.shape, 1 << 20)[0])
+    evaluator = Evaluator.of(study, METRICS)
+    hardware = evaluator.hardware
+    point = chunk_point(study, plan(study.shape, 1 << 20)[0])
     values = []
     with jax.enable_x64(True):
         for f in (1 + h, 1 - h):
             hw = dataclasses.replace(hardware, **{field: getattr(hardware, field) * f})
-            out = evaluate(point, models, hw, "inference", METRICS, study.features)
+            out = evaluator.traced(point, hardware=hw)
             values.append({m: float(out[m]) for m in METRICS})
     return {m: (np.log(values[0][m]) - np.log(values[1][m])) / (np.log1p(h) - np.log1p(-h))
             for m in METRICS}
@@ -119,7 +121,7 @@ def test_output_axes_are_those_of_a_shape_trace():
     vary with output_len, TPOT does; the base values keep their own metric's axes."""
     import functools
 
-    from dse.sensitivity import _dependencies, _elasticity_variables
+    from dse.sensitivity.analysis import elasticity_dependencies, elasticity_variables
     from dse.sensitivity.elasticity import Spec, sensitivities
 
     study = parse_study(study_text(model="llama-2-7b", hardware=["h100-sxm", "a100-80gb"],
@@ -127,10 +129,11 @@ def test_output_axes_are_those_of_a_shape_trace():
                                    hbm_bw_scale=[1.0, 2.0]), "<deps>")
     cfg = study.sensitivity_config()
     spec = Spec(study.mode, cfg.metrics, cfg.params, cfg.delta, 1e-3, study.features)
-    extra = {k: lead for k, (lead, _, _) in _elasticity_variables(cfg, study.mode).items()}
-    traced = grid.function_dependencies(study, functools.partial(sensitivities, spec=spec),
-                                        extra)
-    assert _dependencies(study, cfg, extra) == traced
+    extra = {k: lead for k, (lead, _, _) in elasticity_variables(cfg, study.mode).items()}
+    evaluator = Evaluator.of(study, cfg.metrics + ("valid", "bound_signature"))
+    traced = function_dependencies(study, evaluator, functools.partial(sensitivities, spec=spec),
+                                   extra)
+    assert elasticity_dependencies(study, evaluator, extra) == traced
     assert "output_len" not in traced["base_ttft_s"] and "output_len" in traced["base_tpot_s"]
 
 
@@ -147,7 +150,7 @@ def test_inverse_answers_meet_the_target():
                 scale = ds["required_scale"].isel(query=i).sel(usecase=usecase, batch=batch).item()
                 if not np.isfinite(scale):
                     continue
-                from dse.sweep import sweep
+                from dse.run.sweep import sweep
 
                 again = sweep(study.at(usecase=str(usecase), batch=int(batch),
                                        **{knob: scale}), progress=False)

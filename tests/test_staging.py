@@ -1,4 +1,4 @@
-"""dse.staging: small intermediates computed once before the large kernels that read them.
+"""dse.core.staging: small intermediates computed once before the large kernels that read them.
 
 The barriers only move fusion boundaries, so values are those of the unstaged function
 (to float32 rounding: a multiply-add contracted on one side of a boundary may round
@@ -8,7 +8,7 @@ differently in the last place). References: the same function unstaged, and nump
 from __future__ import annotations
 
 import functools
-import sys
+import importlib
 
 import jax
 from jax.extend import core as jcore
@@ -16,13 +16,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dse import grid, staging
+from dse.core import staging
+from dse.core.evaluator import Evaluator
+from dse.core.tables import tables
+from dse.core.trace import dependencies, function_dependencies, template_point
+from dse.run.chunks import chunk_point, plan
+from dse.run.memory import run, run_function
 from dse.schema.outputs import OUTPUTS
 from dse.study import parse_study
 
 from .test_scale import GRID
 
-evaluate_module = sys.modules["dse.evaluate"]
+evaluate_module = importlib.import_module("dse.core.evaluate")
 
 
 def _barriered(fn, *args) -> list:
@@ -94,13 +99,13 @@ def test_evaluator_values_are_those_of_the_unstaged_evaluator(bench_like, monkey
     study = bench_like
     names = study.variables
     extra = {n: len(OUTPUTS[study.mode][n].dims) for n in names}
-    deps = grid.dependencies(study, names)
-    staged, _ = grid.run(study)
+    deps = dependencies(study, Evaluator.of(study, names))
+    staged, _ = run(study)
     monkeypatch.setattr(staging, "staged", lambda fn: fn)
     unstaged_evaluate = jax.jit(functools.partial(  # a fresh trace, with staging off
         evaluate_module.evaluate.__wrapped__, mode=study.mode, names=names,
         features=study.features))
-    plain, _ = grid.run_function(study, unstaged_evaluate, extra, deps)
+    plain, _ = run_function(study, Evaluator.of(study), unstaged_evaluate, extra, deps)
     for name in names:
         if plain[name].dtype.kind == "f":
             np.testing.assert_allclose(staged[name], plain[name], rtol=4 * 2.0 ** -23, atol=0,
@@ -112,18 +117,18 @@ def test_evaluator_values_are_those_of_the_unstaged_evaluator(bench_like, monkey
 def test_small_programs_are_not_staged(bench_like, monkeypatch):
     """Shape traces (every axis of length 2) and search batches skip the re-emission."""
     monkeypatch.setattr(staging, "staged", None)  # would fail if called
-    template = grid.template_point(bench_like)
+    template = template_point(bench_like)
     assert np.prod(jnp.broadcast_shapes(*(x.shape for x in jax.tree_util.tree_leaves(
         template)))) < staging.MIN_POINTS
-    assert grid.function_dependencies(bench_like, functools.partial(
+    assert function_dependencies(bench_like, Evaluator.of(bench_like), functools.partial(
         evaluate_module.evaluate, mode="inference", names=("tpot_s",)), {"tpot_s": 0}) == {
         "tpot_s": tuple(a.name for a in bench_like.dims)}
 
 
 def test_evaluator_on_a_grid_stages_its_large_kernels(bench_like, monkeypatch):
     study = bench_like
-    models, hardware = grid.tables(study)
-    point = grid.chunk_point(study, grid.plan(study.shape, study.size)[0])
+    models, hardware = tables(study)
+    point = chunk_point(study, plan(study.shape, study.size)[0])
     full = int(np.prod(study.shape))
     ratio_in_use = staging.RATIO
 
@@ -149,8 +154,8 @@ def test_phase_sums_add_the_sequence_length_components_last(bench_like, monkeypa
     shape and the sums over the whole grid take a few additions instead of one per
     component (Hints.sum_last; counted in the evaluator's program)."""
     study = bench_like
-    models, hardware = grid.tables(study)
-    point = grid.chunk_point(study, grid.plan(study.shape, study.size)[0])
+    models, hardware = tables(study)
+    point = chunk_point(study, plan(study.shape, study.size)[0])
     hints = evaluate_module.XLA_CPU
     assert hints.sum_last == ("kv_cache", "attention")
 

@@ -17,7 +17,7 @@ from dse.formulas import params as P
 from dse.formulas.training import layer_activation_bytes
 from dse.formulas.types import Bits, Layout, Schedule
 from dse.study import load_study, parse_study
-from dse.sweep import sweep
+from dse.run.sweep import sweep
 from tests.conftest import STUDIES
 from tests.helpers import study_text
 

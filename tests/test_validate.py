@@ -14,9 +14,10 @@ import pytest
 from dse.catalogue import calibration as C
 from dse.cli import main
 from dse.study import parse_study
-from dse.sweep import sweep
+from dse.run.sweep import sweep
 from dse.uncertainty import bands
-from dse.validate import _problem, _theta, calibrate, default_calibration, validate
+from dse.validate import calibrate, default_calibration, validate
+from dse.validate.validation import build_problem
 from dse.validate import fit as F
 from dse.validate.predict import predict
 from dse.validate.rows import match_hardware, precision_bits, read
@@ -91,7 +92,7 @@ def small():
     cases, _ = read(DATA)
     pick = [c for k in ("train", "serving_throughput", "infer_decode", "infer_prefill")
             for c in [c for c in cases if c.kind == k][::12]]
-    return _problem(pick, None)
+    return build_problem(pick, None)
 
 
 def test_gradient_matches_finite_differences(small):

@@ -11,7 +11,8 @@ import jax
 import numpy as np
 
 from .. import units
-from ..errors import InputError, suggest
+from .. import checks
+from ..errors import InputError
 
 
 @jax.tree_util.register_dataclass
@@ -106,10 +107,7 @@ class HardwareCard:
         name = str(data.get("name", name or ""))
         if not name:
             raise InputError(file, "name", "missing", "a lowercase hyphenated name")
-        for key in data:
-            if key not in KNOWN_KEYS:
-                raise InputError(file, key, "unknown hardware key" + suggest(key, KNOWN_KEYS),
-                                 ", ".join(sorted(KNOWN_KEYS)))
+        checks.known_keys(data, KNOWN_KEYS, file, what="hardware key")
         for key in _REQUIRED:
             if key not in data:
                 raise InputError(file, key, "missing", "a positive number")

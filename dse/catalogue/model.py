@@ -14,7 +14,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..errors import InputError, suggest
+from .. import checks
+from ..errors import InputError
 from ..formulas.types import ModelSpec
 
 
@@ -58,10 +59,7 @@ class ModelCard:
         name = str(data.get("name", name or ""))
         if not name:
             raise InputError(file, "name", "missing", "a lowercase hyphenated name")
-        for key in data:
-            if key not in KNOWN_KEYS:
-                raise InputError(file, key, "unknown model key" + suggest(key, KNOWN_KEYS),
-                                 ", ".join(sorted(KNOWN_KEYS)))
+        checks.known_keys(data, KNOWN_KEYS, file, what="model key")
         for key in _REQUIRED_INT:
             if key not in data:
                 raise InputError(file, key, "missing", "a positive integer")

@@ -103,9 +103,9 @@ class Evaluator:
         return self._placed[device]
 
     def on(self, point, device):
-        """``(point, tables)`` placed on ``device`` (a jitted function runs where its
-        inputs are); None leaves them where they are."""
+        """``(point, models, hardware)`` placed on ``device`` (a jitted function runs where
+        its inputs are); None leaves them where they are."""
         if device is None:
-            return point, (self.models, self.hardware)
+            return point, self.models, self.hardware
         with self.precision():
-            return jax.device_put(point, device), self.tables_on(device)
+            return (jax.device_put(point, device), *self.tables_on(device))

@@ -14,7 +14,7 @@ import xarray as xr
 from ..units import GIB
 from .display import fmt, label, scale
 from .figures import NotApplicable, pick_metric
-from .reduce import FACETS, at_best, best_points, select
+from .facets import FACETS, at_best, at_point, best_points
 from .result import Result
 
 MAX_BARS = 16
@@ -33,7 +33,7 @@ def _groups(res: Result, metric: str):
 def config_label(res: Result, point: dict) -> str:
     """The configuration of a bar: the non-facet axes (a reduction: its best_* values)."""
     if res.kind == "reduced":
-        one = select(res, point)
+        one = at_point(res, point)
         names = str(res.ds.attrs.get("reduced_axes", "")).split()
         return " ".join(f"{a}={fmt(one[f'best_{a}'].item())}" for a in names)
     return " ".join(f"{a}={fmt(res.ds[a].values[i].item())}" for a, i in point.items()
@@ -74,7 +74,7 @@ def memory(res: Result, metric: str | None = None):
     groups = _groups(res, metric)
     rows, caps, names = [], [], []
     for labels, point, feasible in groups:
-        one = select(res, point)
+        one = at_point(res, point)
         values = [float(one[p]) for p in parts]
         values.append(max(float(one["memory_bytes"]) - sum(values), 0.0))
         rows.append(values)

@@ -21,7 +21,8 @@ from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
 from ..errors import InputError, suggest  # noqa: E402
 from .display import fmt, label, legend, scale  # noqa: E402
-from .reduce import FACETS, best_over, caption, maximize, pareto_front  # noqa: E402
+from ..results.select import pareto_front  # noqa: E402
+from .facets import FACETS, best_over, caption, maximize  # noqa: E402
 from .result import Result  # noqa: E402
 
 # Axes a performance engineer puts on a heatmap first ("throughput over tp x batch").

@@ -14,7 +14,7 @@ import numpy as np
 from ..results.summary import SHOWN, format_value, reason_counts
 from .bars import config_label
 from .figures import NotApplicable, pick_metric
-from .reduce import FACETS, best_points, select
+from .facets import FACETS, at_point, best_points
 from .result import Result
 
 GENERATOR = "dse report"
@@ -69,7 +69,7 @@ def _grid_summary(res: Result) -> list[str]:
     rows = []
     shown = [k for k in dict.fromkeys((metric,) + SHOWN) if k in ds.data_vars]
     for labels, point, feasible in best_points(res, metric, list(FACETS))[:64]:
-        one = select(res, point)
+        one = at_point(res, point)
         row = [str(v) for v in labels.values()]
         row.append((config_label(res, point) or "the study's fixed values") if feasible
                    else "no feasible configuration")

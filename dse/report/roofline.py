@@ -16,7 +16,7 @@ from ..formulas.roofline import compute_width
 from ..catalogue.hardware import HardwareCard
 from .display import scale
 from .figures import NotApplicable, grid, pick_metric
-from .reduce import FACETS, at_best, best_points, select
+from .facets import FACETS, at_best, at_point, best_points
 from .result import Result
 
 MAX_PANELS = 8
@@ -56,7 +56,7 @@ def roofline(res: Result, metric: str | None = None):
     colours = plt.get_cmap("tab20").colors
     drawn = set()
     for ax, (labels, point, feasible) in zip(axs, groups):
-        one = select(res, point)
+        one = at_point(res, point)
         r = roofs(res, point)
         flops, moved, time = (one[v].transpose("phase", "component").values.astype(float)
                               for v in needed)

@@ -9,9 +9,15 @@ import numpy as np
 import xarray as xr
 
 from .._version import __version__
-from ..grid import knob_attrs
+from ..schema.knobs import fields
 from ..schema.outputs import BOUND_CODES, EXTRA_COORDS, OUTPUTS, REASON_BITS, REASONS
 from ..study.study import Study
+
+
+def knob_attrs(study: Study, key: str) -> dict:
+    """``units`` and ``long_name`` of a study key, for its coordinate."""
+    meta = fields(study.point_type)[key].metadata
+    return {"units": meta["units"], "long_name": meta["long_name"]}
 
 
 def provenance(study: Study) -> dict:

@@ -5,13 +5,9 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ..schema.outputs import EXTRA_COORDS, PRIMARY_METRIC, REASON_BITS
+from ..schema.outputs import PRIMARY_METRIC, REASON_BITS
 from ..units import human_bytes, human_count, human_seconds
-
-
-def axes(ds: xr.Dataset) -> list[str]:
-    """The study's axes: the Dataset's dims except the breakdown's phase and component."""
-    return [d for d in ds.dims if d not in EXTRA_COORDS]
+from .select import axes, best_points
 
 
 def points(ds: xr.Dataset) -> int:
@@ -31,30 +27,14 @@ SHOWN = ("throughput_tok_s", "ttft_s", "tpot_s", "tokens_per_s", "step_s", "mfu"
          "memory_bytes")
 
 
-def best(ds: xr.Dataset, metric: str | None = None, k: int = 5,
-         maximize: bool = True) -> list[dict]:
-    """The k best valid points by ``metric`` (default: the mode's primary throughput):
-    their axis values and key outputs."""
-    metric = metric or PRIMARY_METRIC.get(ds.attrs.get("mode", "inference"), "throughput_tok_s")
-    if metric not in ds or "valid" not in ds:
-        return []
-    dims = axes(ds)
-    value, valid = xr.broadcast(ds[metric], ds["valid"])
-    value = value.transpose(*dims).values.ravel()
-    mask = valid.transpose(*dims).values.ravel()
-    score = np.where(mask, value if maximize else -value, -np.inf)
-    n = int(np.count_nonzero(mask))
-    if n == 0:
-        return []
-    k = min(k, n)
-    top = np.argpartition(-score, k - 1)[:k]
-    top = top[np.argsort(-score[top])]
-    shape = [ds.sizes[d] for d in dims]
+def best(ds: xr.Dataset, metric: str | None = None, k: int = 5, direction: str | None = None,
+         constraints=()) -> list[dict]:
+    """The ``k`` best feasible points by ``metric`` (default: the mode's primary
+    throughput; :mod:`dse.results.select`): their axis values and key outputs."""
     rows = []
-    for flat in top:
-        index = dict(zip(dims, np.unravel_index(flat, shape)))
+    for index in best_points(ds, metric, direction, tuple(constraints), k):
         point = ds.isel(index)
-        row = {d: point[d].item() for d in dims}
+        row = {d: point[d].item() for d in index}
         for name in SHOWN:
             if name in point:
                 row[name] = float(point[name])

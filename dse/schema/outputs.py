@@ -20,6 +20,17 @@ class Output(NamedTuple):
     optional: bool = False  # computed only when listed in [output] variables
     dims: tuple[str, ...] = ()  # leading dims beyond the study's axes
     feature: str = ""  # present only when the study uses this feature
+    direction: str = ""  # of a number: "maximize" if more is better, else "minimize"
+
+
+def more(units: str, long_name: str, *args, **kw) -> Output:
+    """A number of which more is better (throughput, capacity, utilization)."""
+    return Output(units, long_name, *args, direction="maximize", **kw)
+
+
+def less(units: str, long_name: str, *args, **kw) -> Output:
+    """A number of which less is better (time, memory, cost, energy, devices)."""
+    return Output(units, long_name, *args, direction="minimize", **kw)
 
 
 class Registry(dict):
@@ -35,36 +46,36 @@ EXTRA_COORDS = {"phase": PHASES, "component": COMPONENTS, "comm_kind": COMM_KIND
                 "stage": (), "link": ()}  # stage and link labels come from the study
 
 INFERENCE = Registry({
-    "n_params": Output("1", "total parameters"),
-    "n_params_active": Output("1", "parameters active per token"),
-    "n_devices": Output("devices", "devices in the deployment"),
-    "weight_bytes": Output("bytes", "weight memory per device"),
-    "kv_cache_bytes": Output("bytes", "KV-cache memory per device"),
-    "activation_bytes": Output("bytes", "peak activation memory per device"),
-    "memory_bytes": Output("bytes", "total memory per device"),
+    "n_params": less("1", "total parameters"),
+    "n_params_active": less("1", "parameters active per token"),
+    "n_devices": less("devices", "devices in the deployment"),
+    "weight_bytes": less("bytes", "weight memory per device"),
+    "kv_cache_bytes": less("bytes", "KV-cache memory per device"),
+    "activation_bytes": less("bytes", "peak activation memory per device"),
+    "memory_bytes": less("bytes", "total memory per device"),
     "fits": Output("1", "memory fits on the device", "bool"),
-    "max_batch": Output("sequences", "largest batch that fits at these lengths"),
-    "max_batch_prefill": Output("sequences", "largest prefill batch that fits (prompt KV only)"),
-    "max_batch_decode": Output("sequences", "largest decode batch that fits (full KV)"),
-    "max_batch_total_tokens": Output("tokens", "KV-cache tokens that fit beside the weights"),
-    "prefill_flops": Output("FLOP", "prefill FLOPs of the whole batch"),
-    "decode_flops": Output("FLOP", "FLOPs of one decode step of the whole batch"),
-    "ttft_s": Output("s", "time to first token"),
-    "tpot_s": Output("s", "mean time per output token"),
-    "e2e_s": Output("s", "end-to-end request latency"),
-    "throughput_tok_s": Output("tokens/s", "output tokens per second of the deployment"),
-    "throughput_per_device_tok_s": Output("tokens/s", "output tokens per second per device"),
-    "target_steps_per_token": Output("1", "target-model passes per output token",
+    "max_batch": more("sequences", "largest batch that fits at these lengths"),
+    "max_batch_prefill": more("sequences", "largest prefill batch that fits (prompt KV only)"),
+    "max_batch_decode": more("sequences", "largest decode batch that fits (full KV)"),
+    "max_batch_total_tokens": more("tokens", "KV-cache tokens that fit beside the weights"),
+    "prefill_flops": less("FLOP", "prefill FLOPs of the whole batch"),
+    "decode_flops": less("FLOP", "FLOPs of one decode step of the whole batch"),
+    "ttft_s": less("s", "time to first token"),
+    "tpot_s": less("s", "mean time per output token"),
+    "e2e_s": less("s", "end-to-end request latency"),
+    "throughput_tok_s": more("tokens/s", "output tokens per second of the deployment"),
+    "throughput_per_device_tok_s": more("tokens/s", "output tokens per second per device"),
+    "target_steps_per_token": less("1", "target-model passes per output token",
                                      feature="speculative"),
-    "cost_per_mtok": Output("USD", "cost per million output tokens"),
-    "energy_per_tok_j": Output("J", "energy per output token"),
-    "serving_throughput_tok_s": Output(
+    "cost_per_mtok": less("USD", "cost per million output tokens"),
+    "energy_per_tok_j": less("J", "energy per output token"),
+    "serving_throughput_tok_s": more(
         "tokens/s", "continuous-batching output tokens per second at max_batch", optional=True),
-    "component_s": Output("s", "time per component and phase", dims=BREAKDOWN_DIMS,
+    "component_s": less("s", "time per component and phase", dims=BREAKDOWN_DIMS,
                           feature="breakdown"),
-    "component_flops": Output("FLOP", "FLOPs per component and phase (per device)",
+    "component_flops": less("FLOP", "FLOPs per component and phase (per device)",
                               dims=BREAKDOWN_DIMS, feature="breakdown"),
-    "component_bytes": Output("bytes", "memory traffic per component and phase (per device)",
+    "component_bytes": less("bytes", "memory traffic per component and phase (per device)",
                               dims=BREAKDOWN_DIMS, feature="breakdown"),
     "component_bound": Output("1", "binding roof per component and phase", "codes",
                               dims=BREAKDOWN_DIMS, feature="breakdown"),
@@ -75,35 +86,35 @@ INFERENCE = Registry({
 })
 
 TRAINING = Registry({
-    "n_params": Output("1", "total parameters"),
-    "n_params_active": Output("1", "parameters active per token"),
-    "n_devices": Output("devices", "devices in the job (tp x pp x dp x cp)"),
-    "dp_size": Output("replicas", "data-parallel replicas (derived when num_devices is given)"),
-    "grad_accum_steps": Output("1", "micro-batches per replica per step (gradient accumulation)"),
-    "weight_bytes": Output("bytes", "parameter memory per device (ZeRO-3: shard + gathered layers)"),
-    "grad_bytes": Output("bytes", "gradient memory per device"),
-    "optimizer_bytes": Output("bytes", "optimizer state (and fp32 master weights) per device"),
-    "activation_bytes": Output("bytes", "activation memory per device (in-flight micro-batches)"),
-    "memory_bytes": Output("bytes", "total memory per device (busiest pipeline stage)"),
+    "n_params": less("1", "total parameters"),
+    "n_params_active": less("1", "parameters active per token"),
+    "n_devices": less("devices", "devices in the job (tp x pp x dp x cp)"),
+    "dp_size": less("replicas", "data-parallel replicas (derived when num_devices is given)"),
+    "grad_accum_steps": less("1", "micro-batches per replica per step (gradient accumulation)"),
+    "weight_bytes": less("bytes", "parameter memory per device (ZeRO-3: shard + gathered layers)"),
+    "grad_bytes": less("bytes", "gradient memory per device"),
+    "optimizer_bytes": less("bytes", "optimizer state (and fp32 master weights) per device"),
+    "activation_bytes": less("bytes", "activation memory per device (in-flight micro-batches)"),
+    "memory_bytes": less("bytes", "total memory per device (busiest pipeline stage)"),
     "fits": Output("1", "memory fits on the device", "bool"),
-    "max_micro_batch": Output("sequences", "largest micro-batch that fits (same schedule)"),
-    "step_s": Output("s", "time per optimizer step"),
-    "compute_s": Output("s", "per step: operator time of the micro-batches on one device"),
-    "bubble_s": Output("s", "per step: pipeline fill and drain"),
-    "bubble_fraction": Output("1", "pipeline bubble over ideal compute time, (p-1)/(v m)"),
-    "comm_s": Output("s", "per step: exposed (not overlapped) communication by kind",
+    "max_micro_batch": more("sequences", "largest micro-batch that fits (same schedule)"),
+    "step_s": less("s", "time per optimizer step"),
+    "compute_s": less("s", "per step: operator time of the micro-batches on one device"),
+    "bubble_s": less("s", "per step: pipeline fill and drain"),
+    "bubble_fraction": less("1", "pipeline bubble over ideal compute time, (p-1)/(v m)"),
+    "comm_s": less("s", "per step: exposed (not overlapped) communication by kind",
                      dims=("comm_kind",)),
-    "tokens_per_s": Output("tokens/s", "training tokens per second of the job"),
-    "tokens_per_s_per_device": Output("tokens/s", "training tokens per second per device"),
-    "model_flops_per_step": Output("FLOP", "model FLOPs per step (6N + causal attention, "
+    "tokens_per_s": more("tokens/s", "training tokens per second of the job"),
+    "tokens_per_s_per_device": more("tokens/s", "training tokens per second per device"),
+    "model_flops_per_step": more("FLOP", "model FLOPs per step (6N + causal attention, "
                                    "the MFU convention)"),
-    "hardware_flops_per_step": Output("FLOP", "FLOPs executed per step (recompute and "
+    "hardware_flops_per_step": less("FLOP", "FLOPs executed per step (recompute and "
                                       "masked attention included)"),
-    "mfu": Output("1", "model FLOPs utilization"),
-    "hfu": Output("1", "hardware FLOPs utilization"),
-    "train_days": Output("days", "days to train on total_tokens (0: total_tokens not given)"),
-    "device_hours": Output("h", "device-hours to train on total_tokens"),
-    "train_cost_usd": Output("USD", "cost to train on total_tokens at the catalogue price"),
+    "mfu": more("1", "model FLOPs utilization"),
+    "hfu": more("1", "hardware FLOPs utilization"),
+    "train_days": less("days", "days to train on total_tokens (0: total_tokens not given)"),
+    "device_hours": less("h", "device-hours to train on total_tokens"),
+    "train_cost_usd": less("USD", "cost to train on total_tokens at the catalogue price"),
     "bound_signature": Output("1", "binding roof of every part of the step, base-4 digits "
                               "(component_bound codes)", "codes", optional=True,
                               dims=("training_pass",)),
@@ -112,34 +123,34 @@ TRAINING = Registry({
 })
 
 PIPELINE = Registry({
-    "n_params": Output("1", "total parameters"),
-    "split_layers": Output("layers", "recommended layers per stage", dims=("stage",)),
-    "stage_decode_s": Output("s", "decode step time per stage", dims=("stage",)),
-    "stage_prefill_s": Output("s", "prefill time per stage (one micro-batch)", dims=("stage",)),
-    "stage_memory_bytes": Output("bytes", "memory per stage", dims=("stage",)),
-    "stage_capacity_bytes": Output("bytes", "usable memory per stage", dims=("stage",)),
-    "link_decode_s": Output("s", "time for one decode step's hidden states per link",
+    "n_params": less("1", "total parameters"),
+    "split_layers": less("layers", "recommended layers per stage", dims=("stage",)),
+    "stage_decode_s": less("s", "decode step time per stage", dims=("stage",)),
+    "stage_prefill_s": less("s", "prefill time per stage (one micro-batch)", dims=("stage",)),
+    "stage_memory_bytes": less("bytes", "memory per stage", dims=("stage",)),
+    "stage_capacity_bytes": more("bytes", "usable memory per stage", dims=("stage",)),
+    "link_decode_s": less("s", "time for one decode step's hidden states per link",
                             dims=("link",)),
-    "link_prefill_s": Output("s", "time for one prefill's hidden states per link",
+    "link_prefill_s": less("s", "time for one prefill's hidden states per link",
                              dims=("link",)),
-    "ttft_s": Output("s", "time to first token"),
-    "tpot_s": Output("s", "mean time per output token"),
-    "e2e_s": Output("s", "end-to-end request latency"),
-    "throughput_tok_s": Output("tokens/s", "output tokens per second"),
-    "comm_share_decode": Output("1", "share of a decode traversal spent on links"),
-    "comm_share_prefill": Output("1", "share of a prefill traversal spent on links"),
-    "bottleneck_stage": Output("1", "index of the slowest stage in decode"),
+    "ttft_s": less("s", "time to first token"),
+    "tpot_s": less("s", "mean time per output token"),
+    "e2e_s": less("s", "end-to-end request latency"),
+    "throughput_tok_s": more("tokens/s", "output tokens per second"),
+    "comm_share_decode": less("1", "share of a decode traversal spent on links"),
+    "comm_share_prefill": less("1", "share of a prefill traversal spent on links"),
+    "bottleneck_stage": less("1", "index of the slowest stage in decode"),
     "link_bound": Output("1", "a link is slower than every stage in decode", "bool"),
-    "feasible_splits": Output("1", "candidate splits that fit every stage's memory"),
-    "required_link_bw_decode_bytes_per_s": Output(
+    "feasible_splits": more("1", "candidate splits that fit every stage's memory"),
+    "required_link_bw_decode_bytes_per_s": less(
         "bytes/s", "link bandwidth needed for target_tpot_s"),
-    "required_link_bw_decode_bit_per_s": Output("bit/s", "link bandwidth needed for target_tpot_s"),
-    "required_link_bw_prefill_bytes_per_s": Output(
+    "required_link_bw_decode_bit_per_s": less("bit/s", "link bandwidth needed for target_tpot_s"),
+    "required_link_bw_prefill_bytes_per_s": less(
         "bytes/s", "link bandwidth needed for target_ttft_s"),
-    "required_link_bw_prefill_bit_per_s": Output("bit/s",
+    "required_link_bw_prefill_bit_per_s": less("bit/s",
                                                  "link bandwidth needed for target_ttft_s"),
-    "max_link_latency_decode_s": Output("s", "largest one-way link latency for target_tpot_s"),
-    "max_link_latency_prefill_s": Output("s", "largest one-way link latency for target_ttft_s"),
+    "max_link_latency_decode_s": more("s", "largest one-way link latency for target_tpot_s"),
+    "max_link_latency_prefill_s": more("s", "largest one-way link latency for target_ttft_s"),
     "fits": Output("1", "some split fits every stage's memory", "bool"),
     "valid": Output("1", "feasible configuration", "bool"),
     "reason": Output("1", "why the configuration is infeasible", "flags"),

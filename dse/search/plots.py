@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 
 from ..schema.outputs import OUTPUTS  # noqa: E402
-from .results import pareto_mask  # noqa: E402
+from ..results.select import pareto_mask  # noqa: E402
 
 
 def _label(mode: str, name: str) -> str:

@@ -1,8 +1,10 @@
 """What a search returns: trials as a Dataset, the best feasible point(s), and the
 comparison with the exhaustive optimum when the space is a grid a sweep covers.
 
-Only trials whose every constraint value is <= 0 can be best; a search where none is
-feasible has no best (the CLI says so and exits with code 3).
+Only trials whose every constraint value is <= 0 can be best (feasible in the sense of
+:mod:`dse.study.constraints`); a search where none is feasible has no best (the CLI says
+so and exits with code 3). The exhaustive comparison selects with
+:mod:`dse.results.select`, as a reduction or the summary would.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ import numpy as np
 import optuna
 import xarray as xr
 
-from ..study.study import Study
-from ..sweep import sweep
-from . import constraints as C
+from ..results import select
+from ..run.memory import run
+from ..run.sweep import sweep
+from ..study.constraints import feasible as is_feasible, variables
 from ..study.search import SearchConfig
+from ..study.study import Study
+from . import constraints as C
 from .run import INNER_ATTR
 from .space import distributions, enumerable
 
@@ -95,34 +100,6 @@ def _as_min(values, directions) -> np.ndarray:
     return np.asarray(values, float) * signs
 
 
-def pareto_mask(points: np.ndarray) -> np.ndarray:
-    """Non-dominated rows of ``points`` (all objectives minimized)."""
-    n = len(points)
-    keep = np.ones(n, bool)
-    for i in range(n):
-        if keep[i]:
-            dominated = np.all(points[i] <= points, axis=1) & np.any(points[i] < points, axis=1)
-            keep &= ~dominated
-    return keep
-
-
-def hypervolume(points: np.ndarray, reference: np.ndarray) -> float:
-    """Volume dominated by ``points`` (minimized) inside the box up to ``reference``."""
-    pts = np.minimum(np.asarray(points, float), reference)
-    pts = pts[np.all(pts < reference, axis=1)]
-    if len(pts) == 0:
-        return 0.0
-    if pts.shape[1] == 1:
-        return float(reference[0] - pts[:, 0].min())
-    order = np.argsort(pts[:, 0])
-    pts = pts[order]
-    volume = 0.0
-    for i in range(len(pts)):
-        upper = pts[i + 1, 0] if i + 1 < len(pts) else reference[0]
-        volume += (upper - pts[i, 0]) * hypervolume(pts[: i + 1, 1:], reference[1:])
-    return volume
-
-
 def best_trials(opt: optuna.Study, cfg: SearchConfig) -> list[optuna.trial.FrozenTrial]:
     feasible = [t for t in completed(opt) if _feasible(t)]
     if not feasible:
@@ -130,7 +107,7 @@ def best_trials(opt: optuna.Study, cfg: SearchConfig) -> list[optuna.trial.Froze
     values = _as_min([t.values for t in feasible], cfg.directions)
     if not cfg.multi:
         return [feasible[int(np.argmin(values[:, 0]))]]
-    keep = pareto_mask(values)
+    keep = select.pareto_mask(values)
     unique: dict[tuple, optuna.trial.FrozenTrial] = {}
     for t, k in zip(feasible, keep):
         if k:  # a sampler may propose one configuration twice: report it once
@@ -158,7 +135,8 @@ def _plain(x):
 
 
 def exhaustive(study: Study, cfg: SearchConfig, found: list[dict]) -> dict | None:
-    """The optimum over the whole grid (sweep + masked argmax), and the search's regret.
+    """The optimum over the whole grid (a sweep and :mod:`dse.results.select`), and the
+    search's regret.
 
     For several objectives: the hypervolumes of the exhaustive and the found Pareto
     fronts, with the reference point at the worst feasible value of each objective.
@@ -168,10 +146,8 @@ def exhaustive(study: Study, cfg: SearchConfig, found: list[dict]) -> dict | Non
     if cfg.exhaustive == "auto" and (not enumerable(distributions(study, [a.name for a in study.dims]))
                                      or study.size > EXHAUSTIVE_LIMIT):
         return None
-    names = tuple(dict.fromkeys(cfg.objectives + C.variables(cfg.constraints)))
-    from .. import grid
-
-    arrays, deps = grid.run(study, names)
+    names = tuple(dict.fromkeys(cfg.objectives + variables(cfg.constraints)))
+    arrays, deps = run(study, names)
     shape = study.shape
     dims = [a.name for a in study.dims]
 
@@ -180,34 +156,34 @@ def exhaustive(study: Study, cfg: SearchConfig, found: list[dict]) -> dict | Non
         expand = [slice(None) if d in deps[name] else None for d in dims]
         return np.broadcast_to(a[tuple(expand)] if a.ndim else a, shape)
 
-    outputs = {n: full(n) for n in names}
-    violation = C.violations(cfg.constraints, outputs)
-    feasible = np.all(violation <= 0.0, axis=0)
-    n_feasible = int(feasible.sum())
-    result = {"points": int(np.prod(shape)), "feasible_points": n_feasible}
-    if n_feasible == 0:
+    ok = np.broadcast_to(is_feasible({n: full(n) for n in names}, cfg.constraints), shape)
+    result = {"points": int(np.prod(shape)), "feasible_points": int(ok.sum())}
+    if not ok.any():
         return result
-    values = np.stack([full(o)[feasible] for o in cfg.objectives], axis=1)
-    minimized = _as_min(values, cfg.directions)
     if not cfg.multi:
-        i = int(np.argmin(minimized[:, 0]))
-        optimum = float(values[i, 0])
-        flat = np.flatnonzero(feasible.ravel())[i]
-        index = np.unravel_index(flat, shape)
+        objective = full(cfg.objectives[0])
+        best = select.top(select.score(objective, ok, cfg.directions[0]))
+        if not len(best):
+            return result
+        index = np.unravel_index(best[0], shape)
+        optimum = float(objective[index])
         result.update(optimum=optimum, axes={a.name: _plain(np.asarray(a.values[j]))
                                              for a, j in zip(study.dims, index)})
         if found:
             value = found[0]["objectives"][cfg.objectives[0]]
-            sign = 1.0 if cfg.directions[0] == "maximize" else -1.0
+            sign = select.sign(cfg.directions[0])
             result["regret"] = sign * (optimum - value) / abs(optimum) if optimum else 0.0
         return result
-    front = minimized[pareto_mask(minimized)]
+    values = np.stack([full(o)[ok] for o in cfg.objectives], axis=1)
+    minimized = _as_min(values, cfg.directions)
+    minimized = minimized[np.all(np.isfinite(minimized), axis=1)]
+    front = minimized[select.pareto_mask(minimized)]
     reference = minimized.max(axis=0)
-    total = hypervolume(front, reference)
+    total = select.hypervolume(front, reference)
     result.update(front_size=int(len(front)), hypervolume=total)
     if found:
         mine = _as_min([[b["objectives"][o] for o in cfg.objectives] for b in found],
                        cfg.directions)
-        result["found_hypervolume"] = hypervolume(mine, reference)
+        result["found_hypervolume"] = select.hypervolume(mine, reference)
         result["hypervolume_ratio"] = result["found_hypervolume"] / total if total else 1.0
     return result

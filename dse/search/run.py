@@ -16,13 +16,15 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from .. import grid
-from ..evaluate import evaluate
+from ..core.encoding import trial_point
+from ..core.evaluator import Evaluator
 from ..errors import InputError
+from ..results import select
+from ..study.constraints import variables
+from ..study.search import STORAGE_ALLOWED, SearchConfig
 from ..study.study import Study
 from . import constraints as C
-from ..study.search import STORAGE_ALLOWED, SearchConfig
-from .space import as_python, distributions, pad, point
+from .space import as_python, distributions, pad
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -120,22 +122,20 @@ def _outer_keys(study: Study, cfg: SearchConfig) -> list[str]:
     return [a.name for a in study.dims if a.name not in cfg.inner]
 
 
-def _choose_inner(values: np.ndarray, violation: np.ndarray, direction: str):
-    """Flat index of the best feasible inner point, else of the least-violating one."""
-    total = np.clip(violation, 0.0, None).sum(axis=0).ravel()
-    feasible = total <= 0.0
-    if feasible.any():
-        score = values.ravel() if direction == "maximize" else -values.ravel()
-        return int(np.argmax(np.where(feasible, score, -np.inf)))
-    return int(np.argmin(total))
+def _choose_inner(values: np.ndarray, violation: np.ndarray, direction: str) -> int:
+    """Flat index of the best feasible inner point (:mod:`dse.results.select`), else of
+    the least-violating one."""
+    best = select.top(select.score(values, np.all(violation <= 0.0, axis=0), direction))
+    if len(best):
+        return int(best[0])
+    return int(np.argmin(np.clip(violation, 0.0, None).sum(axis=0).ravel()))
 
 
 def run_trials(study: Study, cfg: SearchConfig, opt: optuna.Study, progress=None) -> int:
     """Ask, evaluate and tell ``cfg.n_trials`` trials; returns how many were told."""
     outer = _outer_keys(study, cfg)
     dists = distributions(study, outer)
-    models, hardware = grid.tables(study)
-    names = tuple(dict.fromkeys(cfg.objectives + C.variables(cfg.constraints)))
+    evaluator = Evaluator.of(study, dict.fromkeys(cfg.objectives + variables(cfg.constraints)))
     constraint_names = C.names(cfg.constraints)
     inner_values = [next(a.values for a in study.dims if a.name == k) for k in cfg.inner]
     inner_shape = tuple(len(v) for v in inner_values)
@@ -145,8 +145,7 @@ def run_trials(study: Study, cfg: SearchConfig, opt: optuna.Study, progress=None
         trials = [opt.ask(dists) for _ in range(k)]
         columns = {key: [as_python(t.params[key]) for t in trials] for key in outer}
         columns = pad(columns, cfg.batch_size)
-        out = evaluate(point(study, columns, cfg.inner), models, hardware, study.mode, names,
-                       study.features)
+        out = evaluator(trial_point(study, columns, cfg.inner))
         shape = (cfg.batch_size,) + inner_shape
         out = {n: np.broadcast_to(np.asarray(v), shape) for n, v in out.items()}
         violation = C.violations(cfg.constraints, out)

@@ -1,4 +1,5 @@
-"""The searched space: a study's axes as optuna distributions, and trials as evaluator input.
+"""The searched space: a study's axes as optuna distributions (trials become evaluator
+input through :func:`dse.core.encoding.trial_point`).
 
 A list is a categorical choice (tp in {1, 2, 4, 8} stays a set of allowed values); an
 integer range with a step is an integer distribution; a float range is continuous
@@ -13,7 +14,6 @@ import numpy as np
 from optuna.distributions import (BaseDistribution, CategoricalDistribution,
                                   FloatDistribution, IntDistribution)
 
-from .. import grid
 from ..schema.knobs import fields
 from ..study.study import Axis, Study
 
@@ -40,28 +40,6 @@ def distributions(study: Study, keys) -> dict[str, BaseDistribution]:
 def enumerable(dists: dict[str, BaseDistribution]) -> bool:
     """Whether the space is a finite grid that a sweep covers exactly."""
     return all(isinstance(d, (CategoricalDistribution, IntDistribution)) for d in dists.values())
-
-
-def point(study: Study, columns: dict[str, list], inner: tuple[str, ...] = ()):
-    """The knob pytree for trials: ``columns`` maps each outer axis to one value per trial.
-
-    Without ``inner`` the leaves are vectors over trials. With ``inner`` axes they are
-    grids of rank 1 + len(inner): trials along axis 0, each inner axis's study values
-    along its own axis (the whole inner grid evaluated for every trial).
-    """
-    n = len(next(iter(columns.values()))) if columns else 1
-    rank = 1 + len(inner)
-    leaves = {}
-    for key, values in columns.items():
-        leaves[key] = grid._encode(study, key, values).reshape((n,) + (1,) * (rank - 1))
-    for i, key in enumerate(inner):
-        values = next(a.values for a in study.dims if a.name == key)
-        shape = [1] * rank
-        shape[1 + i] = len(values)
-        leaves[key] = grid._encode(study, key, values).reshape(shape)
-    for key, value in study.fixed.items():
-        leaves[key] = grid._encode(study, key, [value]).reshape((1,) * rank)
-    return study.point_type(**grid._derived(study, leaves))
 
 
 def pad(columns: dict[str, list], size: int) -> dict[str, list]:

@@ -28,7 +28,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..evaluate import evaluate
+from ..core.evaluator import Evaluator
 from ..study.sensitivity import PARAMS
 
 EPS = {"float64": 1e-7, "float32": 1e-3}
@@ -45,7 +45,7 @@ def scaled_evaluate(u, point, models, hardware, params, mode, names, features):
             point_updates[param.field] = getattr(point, param.field) * u[i]
     hardware = dataclasses.replace(hardware, **hw_updates)
     point = dataclasses.replace(point, **point_updates)
-    return evaluate(point, models, hardware, mode, names, features)
+    return Evaluator(mode, models, hardware, features=features, names=names).traced(point)
 
 
 class Spec(NamedTuple):

@@ -14,30 +14,22 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from ..evaluate import evaluate
+from ..core.evaluator import Evaluator
 from ..study.sensitivity import INVERSE, Inverse
 
 LOW, HIGH, STEPS = 1e-3, 1e3, 60
-
-
-def _violation(goal, out):
-    x = out[goal.variable]
-    if goal.bound is None:
-        return jnp.where(x, -1.0, 1.0)
-    if goal.op in ("<=", "<"):
-        return x - goal.bound
-    return goal.bound - x
 
 
 def required_scale(point, models, hardware, query: Inverse, mode: str, features: frozenset):
     """(smallest multiplier meeting the goal, attainable) per point."""
     knob = INVERSE[query.param]
     base = getattr(point, knob)
-    names = (query.goal.variable,)
+    goal = query.goal
+    evaluator = Evaluator(mode, models, hardware, features=features, names=(goal.variable,))
 
     def ok(scale):
         p = dataclasses.replace(point, **{knob: base * scale})
-        return _violation(query.goal, evaluate(p, models, hardware, mode, names, features)) <= 0.0
+        return goal.holds(evaluator.traced(p)[goal.variable], jnp)
 
     shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in jax.tree_util.tree_leaves(point)))
     lo = jnp.full(shape, jnp.log(LOW), base.dtype)

@@ -77,8 +77,8 @@ def parse_reduce(raw, file: str, mode: str, axes: tuple[str, ...]) -> ReduceSpec
     if objective not in numeric:
         raise InputError(file, f"{key}.objective", f"{objective!r} is not a numeric output"
                          + suggest(str(objective), numeric), ", ".join(numeric))
-    direction = checks.choice(raw, "direction", "maximize", DIRECTIONS, file, key,
-                              "maximize or minimize")
+    direction = checks.choice(raw, "direction", OUTPUTS[mode][objective].direction, DIRECTIONS,
+                              file, key, "maximize or minimize")
     constraints = parse_constraints(raw.get("constraints", []), file, OUTPUTS[mode],
                                     f"{key}.constraints")
     histogram = raw.get("histogram")

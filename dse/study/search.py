@@ -78,7 +78,8 @@ def parse_search(raw, file: str, mode: str, name: str, axes: tuple[str, ...]) ->
         if not isinstance(objective, str) or objective not in numeric:
             raise InputError(file, "search.objective", f"{objective!r} is not a numeric output"
                              + suggest(str(objective), outputs), ", ".join(numeric))
-    directions = _as_list(raw.get("direction", "maximize"))
+    # default: the registry's word for each objective (throughput up, latency down)
+    directions = _as_list(raw.get("direction", [outputs[o].direction for o in objectives]))
     if len(directions) == 1 and len(objectives) > 1:
         directions = directions * len(objectives)
     if len(directions) != len(objectives) or any(d not in DIRECTIONS for d in directions):

@@ -16,11 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..catalogue import calibration as C
-from ..catalogue.lookup import load_hardware
-from ..evaluate import evaluate
 from ..catalogue.hardware import stack as stack_hardware
-from ..schema.knobs import OPTIMIZERS, RECOMPUTE, InferencePoint, TrainingPoint
+from ..catalogue.lookup import load_hardware
 from ..catalogue.model import stack as stack_models
+from ..core.evaluator import Evaluator
+from ..schema.knobs import OPTIMIZERS, RECOMPUTE, InferencePoint, TrainingPoint
 from .rows import Case
 
 # TensorRT-LLM's default max_batch_size (perf-overview: "batch up to 8192").
@@ -29,15 +29,12 @@ SERVING_BATCH_CAP = 8192.0
 
 @dataclasses.dataclass(frozen=True)
 class ModeBatch:
-    """The rows of one mode as one evaluator call."""
+    """The rows of one mode as one evaluator call (float64: one hardware entry per row)."""
 
-    mode: str
     rows: np.ndarray  # positions in Problem.cases
     point: Any
-    models: Any
-    hardware: Any
+    evaluator: Evaluator
     kind: tuple[str, ...]
-    features: frozenset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,13 +108,14 @@ def problem(cases: list[Case], frameworks, families, family_of: dict[str, str]) 
             hardware = stack_hardware([load_hardware(c.hardware).spec() for c in sub])
             features = _features(sub)
             kinds = tuple(c.kind for c in sub)
+            evaluator = Evaluator(mode, model_table, hardware, features=features,
+                                  names=_NAMES[mode], dtype="float64")
             if mode == "inference" and "serving_throughput" in kinds:
-                cap = np.asarray(evaluate(point, model_table, hardware, mode, ("max_batch",),
-                                          features)["max_batch"])
+                cap = np.asarray(evaluator.with_names(("max_batch",))(point)["max_batch"])
                 serving = np.asarray([k == "serving_throughput" for k in kinds])
                 batch = np.where(serving, np.clip(cap, 1.0, SERVING_BATCH_CAP), point.batch)
                 point = dataclasses.replace(point, batch=batch)
-            batches.append(ModeBatch(mode, rows, point, model_table, hardware, kinds, features))
+            batches.append(ModeBatch(rows, point, evaluator, kinds))
     fam_names = list(families)
     return Problem(
         cases, tuple(batches), tuple(frameworks), tuple(families),
@@ -161,10 +159,10 @@ def predict_with_reasons(theta, prob: Problem, calibrated: bool = True):
     pred = jnp.zeros(prob.size, z.dtype)
     reason = jnp.zeros(prob.size, jnp.uint8)
     for b in prob.batches:
-        hw = b.hardware
+        hw = b.evaluator.hardware
         if calibrated:
             hw = dataclasses.replace(hw, **{f: v[b.rows] for f, v in zip(C.NAMES, values)})
-        out = evaluate(b.point, b.models, hw, b.mode, _NAMES[b.mode], b.features)
+        out = b.evaluator.traced(b.point, hardware=hw)
         kinds = np.asarray(b.kind)
         metric = jnp.zeros(len(b.rows), z.dtype)
         for kind in dict.fromkeys(b.kind):

@@ -9,7 +9,7 @@ writes the metadata and then each finished chunk. Memory stays bounded by the ch
 in flight, so a ``.nc`` output may be larger than memory.
 
 Each output is a dask array whose blocks are the regions the grid's chunks own
-(:func:`dse.grid.chunk_pieces`); every block of one chunk comes from one evaluation.
+(:func:`dse.run.chunks.chunk_pieces`); every block of one chunk comes from one evaluation.
 The write runs on dask's synchronous scheduler: the overlap comes from XLA's threads,
 and the dispatcher below is not thread-safe.
 """
@@ -19,15 +19,17 @@ from __future__ import annotations
 import operator
 from pathlib import Path
 
-import jax
 import numpy as np
 import xarray as xr
 
-from . import grid
-from .devices import local_devices, placed
-from .evaluate import evaluate
-from .schema.outputs import OUTPUTS
-from .study.study import Study
+from ..atomic import atomic_path
+from ..core.evaluator import Evaluator
+from ..core.trace import dependencies
+from ..results.dataset import to_dataset
+from ..results.io import netcdf_encoding
+from . import xla
+from .chunks import block_shape, chunk_budget, chunk_pieces, chunk_point, output_shape, owns, plan
+from .devices import local_devices
 
 AHEAD = 2  # chunks dispatched beyond the one being written
 
@@ -37,25 +39,23 @@ class Dispatcher:
     ``i``'s pieces ``{name: array}`` (the regions it owns) and keeps ``ahead`` more
     chunks computing. ``progress(points)`` is called as each chunk is handed over."""
 
-    def __init__(self, study: Study, names, deps, chunks, ahead: int = AHEAD, progress=None):
-        self.study, self.names, self.deps, self.chunks = study, names, deps, chunks
+    def __init__(self, study, evaluator: Evaluator, deps, chunks, ahead: int = AHEAD,
+                 progress=None):
+        self.study, self.evaluator, self.deps, self.chunks = study, evaluator, deps, chunks
         self.progress = progress
-        self.prep = {"tables": grid.tables(study)}
-        # big grids: chunks round-robin over the host devices (dse.devices)
+        # big grids: chunks round-robin over the host devices (dse.run.devices)
         self.devices = local_devices(study) or [None]
         self.ahead = max(ahead, len(self.devices))
-        self.extra = {n: len(OUTPUTS[study.mode][n].dims) for n in names}
+        self.lead = evaluator.lead_dims()
         self.futures: dict[int, dict] = {}
         self.next = 0
         inner = [int(np.prod(study.shape[c.axis + 1:])) for c in chunks]
         self.points = [(c.stop - c.start) * n for c, n in zip(chunks, inner)]
 
     def _dispatch(self, i: int) -> None:
-        with jax.enable_x64(self.study.dtype == "float64"):
-            point, tables = placed(grid.chunk_point(self.study, self.chunks[i]), self.prep,
+        placed = self.evaluator.on(chunk_point(self.study, self.chunks[i]),
                                    self.devices[i % len(self.devices)])
-            self.futures[i] = evaluate(point, *tables, self.study.mode, self.names,
-                                       self.study.features)
+        self.futures[i] = self.evaluator(*placed)
 
     def _fill(self, stop: int) -> None:
         """Dispatch every chunk before ``stop`` not dispatched yet."""
@@ -74,16 +74,14 @@ class Dispatcher:
         if i not in self.futures:  # asked out of order, or again
             self._dispatch(i)
         out = self.futures.pop(i)
-        with jax.enable_x64(self.study.dtype == "float64"):
-            pieces = {name: array for name, _, array, first in
-                      grid.chunk_pieces(self.study, self.chunks[i], out, self.extra, self.deps)
-                      if first}
+        pieces = {name: array for name, _, array, first in
+                  chunk_pieces(self.study, self.chunks[i], out, self.lead, self.deps) if first}
         if self.progress is not None:
             self.progress(self.points[i])
         return pieces
 
 
-def lazy_arrays(study: Study, names=None, ahead: int = AHEAD, progress=None):
+def lazy_arrays(study, names=None, ahead: int = AHEAD, progress=None):
     """The study's grid as dask arrays: ``(arrays, deps, dispatcher, owned)``.
 
     ``arrays[name]`` spans the output's own axes and its dependency dims, one block per
@@ -94,15 +92,12 @@ def lazy_arrays(study: Study, names=None, ahead: int = AHEAD, progress=None):
     from dask.base import tokenize
     from dask.highlevelgraph import HighLevelGraph
 
-    names = tuple(names or study.variables)
-    chunks = grid.plan(study.shape, grid.chunk_budget(study))
-    deps = grid.dependencies(study, names)
-    dispatcher = Dispatcher(study, names, deps, chunks, ahead, progress)
-    models, hardware = dispatcher.prep["tables"]
-    with jax.enable_x64(study.dtype == "float64"):
-        shapes = jax.eval_shape(lambda p: evaluate(p, models, hardware, study.mode, names,
-                                                   study.features),
-                                grid.chunk_point(study, chunks[0]))
+    evaluator = Evaluator.of(study, names)
+    names = evaluator.names
+    chunks = plan(study.shape, chunk_budget(study))
+    deps = dependencies(study, evaluator)
+    dispatcher = Dispatcher(study, evaluator, deps, chunks, ahead, progress)
+    shapes = evaluator.shapes(chunk_point(study, chunks[0]))
     dims = [a.name for a in study.dims]
     token = tokenize(study.text, study.file, names, study.output.chunk_points)
     chunk_layer = f"dse-chunk-{token}"
@@ -110,21 +105,21 @@ def lazy_arrays(study: Study, names=None, ahead: int = AHEAD, progress=None):
     owned: list[list[tuple[str, tuple[int, ...]]]] = [[] for _ in chunks]
     arrays = {}
     for name in names:
-        n_extra = dispatcher.extra[name]
+        n_extra = dispatcher.lead[name]
         lead = shapes[name].shape[:n_extra]
         kept = [dims.index(d) for d in deps[name]]
         layer_name = f"dse-{name}-{token}"
         layer = {}
         for i, c in enumerate(chunks):
-            if not grid.owns(c, kept):
+            if not owns(c, kept):
                 continue  # an earlier chunk owns this output's region
             index = (0,) * n_extra + tuple(c.outer[g] if g < c.axis else c.start // c.length
                                            if g == c.axis else 0 for g in kept)
             layer[(layer_name, *index)] = (operator.getitem, (chunk_layer, i), name)
             owned[i].append((name, index))
         layers[layer_name] = layer
-        arrays[name] = (layer_name, grid.block_shape(study, deps[name], lead, chunks[0]),
-                        grid.output_shape(study, deps[name], lead), shapes[name].dtype)
+        arrays[name] = (layer_name, block_shape(study, deps[name], lead, chunks[0]),
+                        output_shape(study, deps[name], lead), shapes[name].dtype)
     # each array's own graph (its layer and the shared chunk layer)
     out = {n: da.Array(HighLevelGraph({chunk_layer: layers[chunk_layer], key: layers[key]},
                                       {chunk_layer: set(), key: {chunk_layer}}),
@@ -147,10 +142,10 @@ class _Queue:
             target[region or ...] = source
 
 
-def write_netcdf(study: Study, path: str | Path, compress: bool = False, progress=None
+def write_netcdf(study, path: str | Path, compress: bool = False, progress=None
                  ) -> xr.Dataset:
     """Evaluate the grid into a netCDF file chunk by chunk, atomically (as
-    :func:`dse.io.write_dataset`): xarray lays out the file (encoding, coordinates,
+    :func:`dse.results.io.write_dataset`): xarray lays out the file (encoding, coordinates,
     attributes) from the lazy Dataset, then each chunk's blocks go into place in grid
     order while the evaluator computes the next ones. Returns the result, its data
     read lazily from the file."""
@@ -158,10 +153,7 @@ def write_netcdf(study: Study, path: str | Path, compress: bool = False, progres
     from dask.local import get_sync
     from xarray.backends import H5NetCDFStore
 
-    from .results.dataset import to_dataset
-    from .atomic import atomic_path
-    from .results.io import netcdf_encoding
-
+    xla.configure()
     arrays, deps, dispatcher, owned = lazy_arrays(study, progress=progress)
     ds = to_dataset(study, arrays, deps)
     layer_of = {arrays[n].name: n for n in arrays}

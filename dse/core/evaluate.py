@@ -1,7 +1,8 @@
-"""The one evaluator: gather specs per point, apply what-ifs, run the formulas, under jit.
+"""The composition root: gather specs per point, apply what-ifs, run the formulas, under jit.
 
-Sweep, search and sensitivity all call :func:`evaluate`; they differ only in what they
-feed it: a grid of broadcast arrays, a vector of trials, or tangents.
+Sweep, search, sensitivity, reductions, uncertainty and validation all evaluate through
+:class:`dse.core.evaluator.Evaluator`, which calls :func:`evaluate` here; they differ only
+in what they feed it: a grid of broadcast arrays, a vector of trials, or tangents.
 """
 
 from __future__ import annotations
@@ -12,19 +13,18 @@ import math
 import jax
 import jax.numpy as jnp
 
+from ..catalogue.hardware import HardwareSpec
+from ..formulas.inference import inference
+from ..formulas.operators import stored_bits
+from ..formulas.pipeline import pipeline
+from ..formulas.roofline import compute_width, peak_at_width
+from ..formulas.training import training
+from ..formulas.types import (Bits, Job, Layout, ModelSpec, Options, Parallel, Power, Precision,
+                              Rates, Schedule, Speculation, Workload)
+from ..schema.knobs import InferencePoint, PipelinePoint, TrainingPoint
+from ..schema.outputs import OUTPUTS, REASON_BITS
 from . import staging
-from .core.fusion import XLA_CPU
-from .formulas.inference import inference
-from .formulas.operators import stored_bits
-from .formulas.pipeline import pipeline
-from .formulas.roofline import compute_width, peak_at_width
-from .formulas.training import training
-from .formulas.types import (Bits, Job, Layout, Options, Parallel, Power, Precision, Rates,
-                             Schedule, Speculation, Workload)
-from .catalogue.hardware import HardwareSpec
-from .schema.knobs import InferencePoint, PipelinePoint, TrainingPoint
-from .catalogue.model import ModelSpec
-from .schema.outputs import OUTPUTS, REASON_BITS
+from .fusion import XLA_CPU
 
 
 def take(table, index):
@@ -203,8 +203,15 @@ def _evaluate_pipeline(p: PipelinePoint, models: ModelSpec, spec, features: froz
     return out
 
 
-_EVALUATORS = {"inference": _evaluate_inference, "training": _evaluate_training,
-               "pipeline": _evaluate_pipeline}
+_BY_MODE = {"inference": _evaluate_inference, "training": _evaluate_training,
+            "pipeline": _evaluate_pipeline}
+
+
+def outputs(point, models, hardware, mode: str, names: tuple[str, ...],
+            features: frozenset) -> dict:
+    """The outputs ``names`` of ``mode`` at ``point``: the formulas composed, neither
+    jitted nor staged (for use inside a jitted kernel of one's own)."""
+    return _BY_MODE[mode](point, models, hardware, features, frozenset(names))
 
 
 @functools.partial(jax.jit, static_argnames=("mode", "names", "features"))
@@ -222,29 +229,12 @@ def evaluate(point, models: ModelSpec, hardware: HardwareSpec, mode: str = "infe
     """
     names = tuple(names or OUTPUTS[mode].defaults(features))
 
-    def outputs(point, models, hardware):
-        return _EVALUATORS[mode](point, models, hardware, features, frozenset(names))
+    def run(point, models, hardware):
+        return outputs(point, models, hardware, mode, names, features)
 
-    # small intermediates computed once before the grid-sized kernels (dse.staging), in
-    # programs over enough points for it to pay (not in shape traces or trial batches)
+    # small intermediates computed once before the grid-sized kernels (dse.core.staging),
+    # in programs over enough points for it to pay (not in shape traces or trial batches)
     points = math.prod(jnp.broadcast_shapes(*(jnp.shape(x) for x in
                                               jax.tree_util.tree_leaves(point))))
-    out = (staging.staged(outputs) if points >= staging.MIN_POINTS else outputs)(
-        point, models, hardware)
+    out = (staging.staged(run) if points >= staging.MIN_POINTS else run)(point, models, hardware)
     return {k: out[k] for k in names}
-
-
-def enable_compilation_cache(path=None) -> None:
-    """Keep compiled evaluators on disk so a repeated study skips XLA compilation.
-
-    ``path`` defaults to ``$DSE_CACHE_DIR`` or ``~/.cache/dse/jax``. The CLI turns this
-    on; library users opt in (it sets a process-wide JAX option).
-    """
-    import os
-    from pathlib import Path
-
-    path = Path(path or os.environ.get("DSE_CACHE_DIR") or Path.home() / ".cache/dse/jax")
-    path.mkdir(parents=True, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", str(path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

@@ -4,8 +4,8 @@
 best feasible point by ``objective`` (with every output re-evaluated there and the
 reduced axes' values that reach it), counts of valid and feasible points and of each
 infeasibility reason, and optionally a histogram of one output over the feasible
-points. Feasible means valid (no ``reason`` flag) and within ``constraints`` (the
-``[search]`` syntax, e.g. ``"ttft_s <= 2"``).
+points. Feasible, best and their ties mean what they mean everywhere in dse
+(:mod:`dse.study.constraints`, :mod:`dse.results.select`).
 
 Each chunk is reduced inside the jitted evaluator (the outputs are never written to
 memory); chunk partials are combined in grid order with a strict comparison, so ties
@@ -23,9 +23,14 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from .grid import chunk_region
-from .schema.outputs import OUTPUTS, REASON_BITS
-from .study.reduce import Histogram, ReduceSpec
+from ..core.encoding import trial_point
+from ..core.evaluator import Evaluator
+from ..results import select
+from ..results.dataset import coords, knob_attrs, provenance
+from ..schema.outputs import OUTPUTS, REASON_BITS
+from ..study.constraints import feasible as is_feasible
+from ..study.reduce import Histogram, ReduceSpec
+from .chunks import chunk_region
 
 _NONE = np.iinfo(np.int64).max  # "no feasible point" in the best-index accumulator
 
@@ -41,26 +46,21 @@ def _bin_index(x, h: Histogram):
     return jnp.clip(b, -1, h.bins).astype(jnp.int32) + 1
 
 
-def chunk_kernel(study, spec: ReduceSpec, axis: int):
+def chunk_kernel(study, evaluator: Evaluator, spec: ReduceSpec, axis: int):
     """``fn(point, n_real, models, hardware) -> partial`` reducing one chunk inside jit.
 
     The chunk block has rank R with the block along ``axis`` (padded past ``n_real``).
     The partial holds, over the chunk's ``by`` sub-block: the best objective value, the
     C-order index of its first occurrence in the block (int32; blocks are bounded by
     the chunk budget), valid/feasible counts and per-reason counts, and the histogram
-    bin of every point (host-side bincount).
+    bin of every point (host-side bincount). ``evaluator`` computes ``spec.inputs``.
     """
-    from .evaluate import _EVALUATORS
-
     dims = [a.name for a in study.dims]
     rank = len(dims)
     rest = tuple(i for i, d in enumerate(dims) if d not in spec.by)
-    names = frozenset(spec.inputs)
-    sign = 1.0 if spec.direction == "maximize" else -1.0
-    evaluator = _EVALUATORS[study.mode]
 
     def fn(point, n_real, models, hardware):
-        out = evaluator(point, models, hardware, study.features, names)
+        out = evaluator.formulas(point, models, hardware)
         shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in jax.tree_util.tree_leaves(point)))
         full = functools.partial(jnp.broadcast_to, shape=shape)
         by_shape = [shape[i] for i in range(rank) if i not in rest]
@@ -85,17 +85,8 @@ def chunk_kernel(study, spec: ReduceSpec, axis: int):
             return jnp.broadcast_to(total, keep).reshape(by_shape)
 
         reason = out["reason"]
-        ok = full(real(out["valid"])[1]) & out["valid"]
-        for c in spec.constraints:
-            x = out[c.variable]
-            if c.bound is None:
-                ok = ok & x
-            else:
-                ok = ok & {"<=": x <= c.bound, "<": x < c.bound,
-                           ">=": x >= c.bound, ">": x > c.bound}[c.op]
-        value = sign * out[spec.objective]
-        ok = ok & ~jnp.isnan(value)
-        score = full(jnp.where(ok, value, -jnp.inf))
+        ok = full(real(out["valid"])[1]) & is_feasible(out, spec.constraints, jnp)
+        score = full(select.score(out[spec.objective], ok, spec.direction, jnp))
         # Materialize the score once: every reduction below reads it (XLA otherwise
         # fuses the whole evaluator into each reduction and recomputes it).
         score = jax.lax.optimization_barrier(score)
@@ -190,8 +181,6 @@ def histogram_counts(by_shape: list[int], n_bins: int, keys) -> np.ndarray:
 
 def reduced_dataset(acc: Accumulator) -> xr.Dataset:
     """The reduction as a Dataset over the ``by`` axes (outputs at each group's best)."""
-    from .results.dataset import coords, provenance
-    from .grid import knob_attrs
 
     study, spec = acc.study, acc.spec
     meta = OUTPUTS[study.mode]
@@ -290,13 +279,7 @@ def warm_best(study, spec: ReduceSpec) -> None:
 
 def evaluate_points(study, columns: dict[str, list], names: list[str]) -> dict:
     """The outputs ``names`` at a vector of points (``columns``: one list per axis)."""
-    from .evaluate import evaluate
-    from .core.tables import tables
-    from .search.space import point
-
-    models, hardware = tables(study)
-    with jax.enable_x64(study.dtype == "float64"):
-        out = evaluate(point(study, columns), models, hardware, study.mode, tuple(names),
-                       study.features)
-        n = len(next(iter(columns.values()))) if columns else 1
-        return {k: np.broadcast_to(np.asarray(v, np.float64), (n,)) for k, v in out.items()}
+    evaluator = Evaluator.of(study, names)
+    out = evaluator(trial_point(study, columns))
+    n = len(next(iter(columns.values()))) if columns else 1
+    return {k: np.broadcast_to(np.asarray(v, np.float64), (n,)) for k, v in out.items()}

@@ -3,33 +3,24 @@
 XLA fuses an elementwise producer into each of its consumers and, inside a fused kernel,
 computes every value once per element of the kernel's output. A value over a few axes
 that feeds a kernel over the whole grid is therefore recomputed at every grid point: an
-operator's FLOPs over batch x tp x pp, a device's rate over hardware x tflops_scale. On
-bench_sweep's 1.1e7-point grid, the kernel of one decode-step sum did ~350 arithmetic
-operations per grid point, ~20 of them at the grid's own shape.
+operator's FLOPs over batch x tp x pp, a device's rate over hardware x tflops_scale.
 
 :func:`staged` re-emits a function's jaxpr with an optimization barrier (the one
-:func:`dse.formulas.parts.computed_once` uses; ``import dse`` keeps XLA:CPU from
+:func:`dse.core.fusion.computed_once` uses; :mod:`dse.run.xla` keeps XLA:CPU from
 dropping it) on each intermediate that a large kernel expands at least :data:`RATIO`
 times: a broadcast into the grid, mostly. "Large" is at least 1/:data:`SHARE` of the
 program's largest value, so small kernels keep their fusion and the compile time barely
 moves. XLA then computes such an intermediate in a kernel of its own size, once, and the
 grid-sized kernel reads it. The operations and their order are unchanged; only fusion
-boundaries move. Values agree to float32 rounding: on bench_sweep's grid 0.5-1.3% of the
-latency, throughput and energy values and half of cost_per_mtok's differ from the
-unstaged program's, by at most 2.5e-7 relative (XLA simplifies and contracts the
-arithmetic on either side of a boundary a little differently).
+boundaries move, so values agree with the unstaged program to float32 rounding (XLA
+contracts the arithmetic on either side of a boundary a little differently).
 
-Measured on bench_sweep's grid, in one process against the unstaged evaluator: 20-25%
-less evaluator time (wall and CPU); compile time +0.2 s of 4.7 s, and re-emitting the
-jaxpr adds ~0.5 s to the trace, so :func:`dse.evaluate.evaluate` stages programs over
-at least :data:`MIN_POINTS` grid points only (not its shape traces or search batches). Cutting in front of
-every kernel (any size) saved about as much but compiled 1.7 s longer (2.6x the kernels).
-:data:`RATIO` was 32 until a phase's sum added the components that vary with the sequence
-lengths and KV precision last (:func:`dse.formulas.parts.total`): the partial sum of the
-others expands the grid 24x (input_len x output_len x kv_bits), and left unstaged at 32
-it was recomputed per grid point. Ratios 8 and 16 now measure the same (evaluator CPU
-107-109 ms against 119 ms with the old order, one process, 15 runs each); 32 is worse
-(150 ms); 16 places fewer barriers.
+Re-emitting the jaxpr adds to the trace, so :func:`dse.core.evaluate.evaluate` stages
+programs over at least :data:`MIN_POINTS` grid points only (not its shape traces or search
+batches). :data:`RATIO` is tied to the order of a phase's sum
+(:data:`dse.core.fusion.XLA_CPU`): the partial sum of the components added first expands
+the grid 24x on the benchmark grid, and must be staged. ``docs/performance.md`` gives the
+measurements behind these thresholds.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ before it starts, XLA makes several host devices
 (``--xla_force_host_platform_device_count``); chunks dispatched round-robin to them
 compute side by side, with no worker processes to start (each device compiles its
 own copy of the program, a load from the on-disk cache after the first run).
-``import dse`` asks for one device per usable core (:mod:`dse.xla`) unless XLA has
-already started, ``XLA_FLAGS`` already sets a count, or ``DSE_HOST_DEVICES`` says
+When a run starts dse asks for one device per usable core (:mod:`dse.run.xla`) unless
+XLA has already started, ``XLA_FLAGS`` already sets a count, or ``DSE_HOST_DEVICES`` says
 otherwise (``DSE_HOST_DEVICES=1``: one device, JAX's default; read again at each
 sweep, it also caps how many of the devices a sweep uses).
 
@@ -59,17 +59,3 @@ def local_devices(study) -> list | None:
     if study.size * study.evaluation_width < MULTI_DEVICE_MIN_POINTS:
         return None
     return host_devices()
-
-
-def placed(point, prep: dict, device):
-    """A chunk's point and the tables ``prep["tables"]`` on ``device`` (None: as they
-    are); the tables are copied once per device (kept in ``prep``). A jitted function
-    runs where its inputs are."""
-    if device is None:
-        return point, prep["tables"]
-    import jax
-
-    on = prep.setdefault("tables_on", {})
-    if device not in on:
-        on[device] = jax.device_put(prep["tables"], device)
-    return jax.device_put(point, device), on[device]

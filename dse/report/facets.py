@@ -1,6 +1,7 @@
-"""Reductions before plotting: best feasible value over the axes a figure does not show,
-the best configuration per group, why a cell has no feasible point, Pareto fronts.
+"""What a figure shows of a grid: the best feasible value over the axes it does not show,
+the best configuration per group, why a cell has no feasible point.
 
+Best and feasible mean what they mean everywhere in dse (:mod:`dse.results.select`).
 Every reduction says what it did in words, for the figure's caption.
 """
 
@@ -9,18 +10,26 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from ..results import select
+from ..schema.outputs import OUTPUTS
 from .display import reason_label, reasons
 from .result import Result
 
 FACETS = ("model", "hardware")  # a figure shows each of these; other axes are reduced
-MINIMIZED_UNITS = {"s", "USD", "J", "bytes", "days", "h"}
+
+
+def direction(res: Result, metric: str) -> str:
+    """Whether more of ``metric`` is better: a streamed reduction's own objective as it
+    was reduced, else the output registry's word (:func:`dse.results.select.direction`)."""
+    if res.kind == "reduced" and metric == res.primary_metric:
+        return "maximize" if "maximize" in str(res.ds.attrs["reduction"]) else "minimize"
+    if metric in OUTPUTS.get(res.mode, {}):
+        return select.direction(res.mode, metric)
+    return "maximize"  # a sensitivity or search variable: larger shown as better
 
 
 def maximize(res: Result, metric: str) -> bool:
-    """Whether more of ``metric`` is better (times, costs, energy and memory are not)."""
-    if res.kind == "reduced" and metric == res.primary_metric:
-        return "maximize" in str(res.ds.attrs["reduction"])
-    return res.ds[metric].attrs.get("units") not in MINIMIZED_UNITS
+    return direction(res, metric) == "maximize"
 
 
 def caption(res: Result, reduced: list[str], metric: str | None = None) -> str:
@@ -48,9 +57,9 @@ def best_over(res: Result, metric: str, keep: list[str]) -> tuple[np.ndarray, np
     ok = res.feasible.transpose(*keep, *reduced).values
     shape = value.shape[:len(keep)]
     value, ok = value.reshape(shape + (-1,)), ok.reshape(shape + (-1,))
-    sign = 1.0 if maximize(res, metric) else -1.0
-    score = np.where(ok & np.isfinite(value), sign * value, -np.inf)
-    best = sign * score.max(axis=-1)
+    d = direction(res, metric)
+    score = select.score(value, ok & np.isfinite(value), d)
+    best = select.sign(d) * score.max(axis=-1)
     best[~np.isfinite(best)] = np.nan
     labels, seen = _cell_reasons(res, keep, reduced, np.isnan(best))
     return best, labels, reduced, seen
@@ -99,8 +108,7 @@ def best_points(res: Result, metric: str, by: list[str]) -> list[tuple[dict, dic
     rest = [a for a in res.axes if a not in by]
     value = res.full(metric).transpose(*by, *rest).values.astype(float)
     ok = np.broadcast_to(res.feasible.transpose(*by, *rest).values, value.shape)
-    sign = 1.0 if maximize(res, metric) else -1.0
-    score = np.where(ok & np.isfinite(value), sign * value, -np.inf)
+    score = select.score(value, ok & np.isfinite(value), direction(res, metric))
     fallback = (-res.full("memory_bytes").transpose(*by, *rest).values.astype(float)
                 if "memory_bytes" in res.ds and res.kind == "sweep" else np.zeros_like(value))
     groups = score.shape[:len(by)]
@@ -118,27 +126,7 @@ def best_points(res: Result, metric: str, by: list[str]) -> list[tuple[dict, dic
     return out
 
 
-def pareto_front(x, y) -> np.ndarray:
-    """Mask of the points not dominated when ``x`` is minimized and ``y`` maximized.
-
-    A point is dominated when another is no worse in both and better in one. Sorted by
-    x (then y descending), a point survives iff its y is its x-group's largest and
-    exceeds every y at strictly smaller x: O(n log n), so whole grids can be fronted.
-    """
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    order = np.lexsort((-y, x))
-    xs, ys = x[order], y[order]
-    start = np.r_[True, xs[1:] != xs[:-1]]
-    group = np.cumsum(start) - 1
-    group_max = ys[start][group]
-    before = np.r_[-np.inf, np.maximum.accumulate(ys)[:-1]]  # max y over earlier points
-    prior = before[np.flatnonzero(start)][group]  # ... over points of strictly smaller x
-    keep = np.zeros(len(x), bool)
-    keep[order] = (ys == group_max) & (ys > prior)
-    return keep
-
-
-def select(res: Result, point: dict) -> xr.Dataset:
+def at_point(res: Result, point: dict) -> xr.Dataset:
     """The Dataset at one point (index per axis)."""
     return res.ds.isel({a: i for a, i in point.items() if a in res.ds.dims})
 

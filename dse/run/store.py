@@ -25,9 +25,14 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import xarray as xr
 
-from ._version import __version__
-from .errors import InputError
+from .._version import __version__
+from ..atomic import replace_path
+from ..errors import InputError
+from ..results.dataset import to_dataset
+from ..results.io import write_dataset
+from .chunks import block_shape, output_shape
 
 
 def fingerprint(study, kind: str, n_chunks: int, extra: str = "") -> str:
@@ -106,3 +111,40 @@ def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
     tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+def create_store(study, evaluator, path: Path, deps, chunks) -> None:
+    """An empty zarr store (format 2) with every output's layout, chunked like the grid."""
+    import dask.array as da
+
+    from .chunks import chunk_point
+
+    shapes = evaluator.shapes(chunk_point(study, chunks[0]))
+    lead = evaluator.lead_dims()
+    arrays, encoding = {}, {}
+    for name in evaluator.names:
+        own = shapes[name].shape[:lead[name]]
+        shape = output_shape(study, deps[name], own)
+        zchunks = block_shape(study, deps[name], own, chunks[0])
+        arrays[name] = da.empty(shape, dtype=shapes[name].dtype, chunks=zchunks)
+        encoding[name] = {"chunks": zchunks}
+        if not study.output.compress:
+            encoding[name]["compressors"] = None
+    ds = to_dataset(study, arrays, deps)
+    ds.to_zarr(path, mode="w", compute=False, zarr_format=2, consolidated=False,
+               encoding=encoding)
+
+
+def finish_store(partial: Partial, target: Path, compress: bool) -> xr.Dataset:
+    """Move a complete store to ``target`` (.zarr: rename; .nc: convert) and open it."""
+    import zarr
+
+    zarr.consolidate_metadata(str(partial.data), zarr_format=2)
+    if target.suffix == ".zarr":
+        replace_path(partial.data, target)
+        partial.remove()
+        return xr.open_zarr(target)
+    with xr.open_zarr(partial.data) as ds:
+        write_dataset(ds, target, compress=compress)
+    partial.remove()
+    return xr.open_dataset(target, engine="h5netcdf")

@@ -1,7 +1,7 @@
 """Streamed sweeps: a grid's chunks run in this process, on local worker processes or on
 any dask.distributed cluster, into a zarr store or a reduction, resumably.
 
-The grid is cut into chunks once (:func:`dse.grid.plan`); a chunk is a task that any
+The grid is cut into chunks once (:func:`dse.run.chunks.plan`); a chunk is a task that any
 process can run from the study alone: evaluate it and either write its regions into
 the shared zarr store (:func:`write_task`) or reduce it inside the jitted evaluator
 (:func:`reduce_task`). Tasks are idempotent, so a task lost with a killed worker is
@@ -26,15 +26,17 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import jax
 import numpy as np
 import xarray as xr
 
-from . import grid
-from .devices import local_devices, placed
-from .errors import InputError
-from .schema.outputs import OUTPUTS
-from .store import Partial, fingerprint
+from ..core.evaluator import Evaluator
+from ..core.trace import dependencies
+from ..errors import InputError
+from . import xla
+from .chunks import chunk_budget, chunk_pieces, chunk_point, plan
+from .devices import local_devices
+from .progress import PointsProgress
+from .store import Partial, create_store, fingerprint
 
 # --- worker side ----------------------------------------------------------------------
 
@@ -44,26 +46,28 @@ _PREPARED: dict[str, dict] = {}
 _LAST: list = [None, None]  # (study, kind, spec) objects last seen, and their key
 
 
-def _prepared(study, kind: str, spec=None) -> dict:
-    """Per-process cache: the study's tables, chunk plan and compiled chunk function."""
+def _prepared(study, kind: str, spec=None, names=None) -> dict:
+    """Per-process cache: the study's evaluator, chunk plan and compiled chunk function."""
     if _LAST[0] is not None and all(a is b for a, b in zip(_LAST[0], (study, kind, spec))):
         key = _LAST[1]  # the same objects as the last call (every chunk of a batch)
     else:
         key = hashlib.sha256(pickle.dumps((study, kind, spec))).hexdigest()
         _LAST[:] = [(study, kind, spec), key]
     if key not in _PREPARED:
-        from .evaluate import enable_compilation_cache
-
         if os.environ.get("DSE_WORKER") == "1":
-            enable_compilation_cache()
+            xla.enable_compilation_cache()
             _pin_to_core()
-        prep = {"tables": grid.tables(study), "chunks": grid.plan(study.shape,
-                                                                  grid.chunk_budget(study))}
+        prep = {"chunks": plan(study.shape, chunk_budget(study))}
         if kind == "reduce":
-            from .reduce import chunk_kernel
+            import jax
 
+            from .reduction import chunk_kernel
+
+            prep["evaluator"] = Evaluator.of(study, spec.inputs)
             axis = prep["chunks"][0].axis
-            prep["fn"] = jax.jit(chunk_kernel(study, spec, axis))
+            prep["fn"] = jax.jit(chunk_kernel(study, prep["evaluator"], spec, axis))
+        else:
+            prep["evaluator"] = Evaluator.of(study, names)
         _PREPARED.clear()  # one study at a time per worker
         _PREPARED[key] = prep
     return _PREPARED[key]
@@ -96,19 +100,17 @@ def reduce_task(study, spec, index: int) -> dict:
 
 def _reduce_start(study, spec, index: int, device=None) -> dict:
     prep = _prepared(study, "reduce", spec)
-    chunk = prep["chunks"][index]
-    with jax.enable_x64(study.dtype == "float64"):
-        point, tables = placed(grid.chunk_point(study, chunk), prep, device)
-        n_real = np.int32(chunk.stop - chunk.start)
-        return prep["fn"](point, n_real if device is None else jax.device_put(n_real, device),
-                          *tables)
+    chunk, evaluator = prep["chunks"][index], prep["evaluator"]
+    point, models, hardware = evaluator.on(chunk_point(study, chunk), device)
+    n_real = evaluator.on(np.int32(chunk.stop - chunk.start), device)[0]
+    with evaluator.precision():
+        return prep["fn"](point, n_real, models, hardware)
 
 
 def _reduce_finish(study, spec, index: int, part: dict) -> dict:
-    from .reduce import histogram_counts
+    from .reduction import histogram_counts
 
-    with jax.enable_x64(study.dtype == "float64"):
-        part = {k: np.asarray(v) for k, v in part.items()}
+    part = {k: np.asarray(v) for k, v in part.items()}
     if "bin" in part:
         part["histogram"] = histogram_counts(part["best"].shape, spec.histogram.bins + 2,
                                              part.pop("bin"))
@@ -123,24 +125,20 @@ def write_task(study, store: str, done_dir: str, names: tuple[str, ...], deps: d
 
 
 def _write_start(study, store, done_dir, names, deps, index: int, device=None) -> dict:
-    from .evaluate import evaluate
-
-    prep = _prepared(study, "write")
-    with jax.enable_x64(study.dtype == "float64"):
-        point, tables = placed(grid.chunk_point(study, prep["chunks"][index]), prep, device)
-        return evaluate(point, *tables, study.mode, names, study.features)
+    prep = _prepared(study, "write", names=names)
+    evaluator = prep["evaluator"]
+    return evaluator(*evaluator.on(chunk_point(study, prep["chunks"][index]), device))
 
 
 def _write_finish(study, store, done_dir, names, deps, index: int, out: dict) -> int:
     import zarr
 
-    chunk = _prepared(study, "write")["chunks"][index]
-    extra = {n: len(OUTPUTS[study.mode][n].dims) for n in names}
-    with jax.enable_x64(study.dtype == "float64"):
-        group = zarr.open_group(store, mode="r+", zarr_format=2)
-        for name, target, array, first in grid.chunk_pieces(study, chunk, out, extra, deps):
-            if first:
-                group[name][target] = array
+    prep = _prepared(study, "write", names=names)
+    chunk, lead = prep["chunks"][index], prep["evaluator"].lead_dims()
+    group = zarr.open_group(store, mode="r+", zarr_format=2)
+    for name, target, array, first in chunk_pieces(study, chunk, out, lead, deps):
+        if first:
+            group[name][target] = array
     Partial.mark_in(Path(done_dir), index)
     return index
 
@@ -175,35 +173,15 @@ def pipelined(fn, args, indices, devices=None):
 
 # --- client side ----------------------------------------------------------------------
 
-def resolve_workers(study, kind: str, workers: int | None, scheduler: str | None) -> int:
-    """How many local worker processes: the caller's or study's number; ``"auto"`` is
-    one, this process, which spreads chunks over one XLA host device per core
-    (:mod:`dse.devices`): as fast as worker processes here or faster, with none of
-    their ~5 s start-up (measured: benchmarks/bench_stream.py)."""
+def resolve_workers(study, workers: int | None, scheduler: str | None) -> int:
+    """How many local worker processes (0: a dask scheduler's): the caller's or the
+    study's number; ``"auto"`` is one, this process, which spreads chunks over one XLA
+    host device per core (:mod:`dse.run.devices`): as fast as worker processes on one
+    machine, with none of their start-up (``benchmarks/bench_stream.py``)."""
     if scheduler is not None:
         return 0
     choice = workers if workers is not None else study.output.workers
     return 1 if choice == "auto" else int(choice)
-
-
-class _Progress:
-    """A points bar (``progress(total)``, or None) advanced per finished chunk, starting
-    from the chunks a resumed run already has."""
-
-    def __init__(self, progress, study, chunks, done=()):
-        self.bar = progress(study.size) if progress is not None else None
-        inner = [int(np.prod(study.shape[c.axis + 1:])) for c in chunks]
-        self.points = [(c.stop - c.start) * n for c, n in zip(chunks, inner)]
-        if self.bar is not None and done:
-            self.bar.update(sum(self.points[i] for i in done))
-
-    def update(self, index: int) -> None:
-        if self.bar is not None:
-            self.bar.update(self.points[index])
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 class Runner:
@@ -229,10 +207,10 @@ class Runner:
                                  "scheduler, e.g. tcp://10.0.0.1:8786") from None
             _check_versions(self.client)
         else:
-            os.environ["DSE_WORKER"] = "1"  # inherited by the spawned workers
+            # the workers (and any the nanny restarts) know they are pinned dse workers
             self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1,
                                          processes=True, dashboard_address=None,
-                                         silence_logs=logging.ERROR)
+                                         silence_logs=logging.ERROR, env={"DSE_WORKER": "1"})
             self.client = Client(self._cluster)
         return self
 
@@ -242,7 +220,7 @@ class Runner:
         if self._cluster is not None:
             self._cluster.close()
 
-    def run(self, fn, args, indices, on_done, progress: _Progress | None = None) -> None:
+    def run(self, fn, args, indices, on_done, progress: PointsProgress | None = None) -> None:
         """``fn(*args, i)`` for every chunk index; ``on_done(i, result)`` here, as each
         finishes (in any order on a cluster)."""
         indices = list(indices)
@@ -286,13 +264,13 @@ def _run_batch(fn, *args):
 
 
 def _version() -> str:
-    from ._version import __version__
+    from .._version import __version__
 
     return __version__
 
 
 def _check_versions(client) -> None:
-    from ._version import __version__
+    from .._version import __version__
 
     found = set(client.run(_version).values())
     if found and found != {__version__}:
@@ -308,16 +286,17 @@ def reduce_grid(study, *, target: Path | None = None, resume: bool = False,
     With ``target``, finished chunks' partials are kept beside it so an interrupted
     run continues with ``resume=True``.
     """
+    xla.configure()
     spec = study.output.reduce
-    chunks = grid.plan(study.shape, grid.chunk_budget(study))
-    runner = Runner(scheduler, resolve_workers(study, "reduce", workers, scheduler),
+    chunks = plan(study.shape, chunk_budget(study))
+    runner = Runner(scheduler, resolve_workers(study, workers, scheduler),
                     local_devices(study))
     with runner:
         return _reduce(study, spec, chunks, runner, target, resume, progress)
 
 
 def _reduce(study, spec, chunks, runner: Runner, target, resume, progress) -> xr.Dataset:
-    from .reduce import Accumulator, warm_best
+    from .reduction import Accumulator, warm_best
 
     partial = Partial(target) if target is not None else None
     done = partial.open(fingerprint(study, "reduce", len(chunks), repr(spec)), resume) \
@@ -350,7 +329,7 @@ def _reduce(study, spec, chunks, runner: Runner, target, resume, progress) -> xr
 
     for i in sorted(done):
         fold(i, partial.load(i))
-    bar = _Progress(progress, study, chunks, done)
+    bar = PointsProgress(progress, study, chunks, done)
     try:
         runner.run(reduce_task, (study, spec), [i for i in range(len(chunks)) if i not in done],
                    on_done, progress=bar)
@@ -379,22 +358,24 @@ def write_grid(study, target: Path, *, resume: bool = False, scheduler: str | No
 
     Returns the :class:`Partial` whose ``data`` store is complete (not yet renamed).
     """
-    names = tuple(study.variables)
-    chunks = grid.plan(study.shape, grid.chunk_budget(study))
-    deps = grid.dependencies(study, names)
-    runner = Runner(scheduler, resolve_workers(study, "write", workers, scheduler),
+    xla.configure()
+    evaluator = Evaluator.of(study)
+    chunks = plan(study.shape, chunk_budget(study))
+    deps = dependencies(study, evaluator)
+    runner = Runner(scheduler, resolve_workers(study, workers, scheduler),
                     local_devices(study))
     with runner:
-        return _write(study, names, chunks, deps, runner, target, resume, progress)
+        return _write(study, evaluator, chunks, deps, runner, target, resume, progress)
 
 
-def _write(study, names, chunks, deps, runner: Runner, target, resume, progress) -> Partial:
+def _write(study, evaluator, chunks, deps, runner: Runner, target, resume, progress) -> Partial:
+    names = evaluator.names
     partial = Partial(target)
     done = partial.open(fingerprint(study, "write", len(chunks)), resume)
     if not done or not (partial.data / ".zgroup").exists():
         done = set()
-        create_store(study, partial.data, names, deps, chunks)
-    bar = _Progress(progress, study, chunks, done)
+        create_store(study, evaluator, partial.data, deps, chunks)
+    bar = PointsProgress(progress, study, chunks, done)
     try:
         runner.run(write_task, (study, str(partial.data), str(partial.done_dir), names, deps),
                    [i for i in range(len(chunks)) if i not in done], lambda i, r: None,
@@ -405,49 +386,3 @@ def _write(study, names, chunks, deps, runner: Runner, target, resume, progress)
     if missing:
         raise RuntimeError(f"chunks {sorted(missing)[:5]} did not complete")
     return partial
-
-
-def create_store(study, path: Path, names, deps, chunks) -> None:
-    """An empty zarr store (format 2) with every output's layout, chunked like the grid."""
-    import dask.array as da
-
-    from .results.dataset import to_dataset
-    from .evaluate import evaluate
-
-    models, hardware = grid.tables(study)
-    point = grid.chunk_point(study, chunks[0])
-    with jax.enable_x64(study.dtype == "float64"):
-        shapes = jax.eval_shape(lambda p: evaluate(p, models, hardware, study.mode, names,
-                                                   study.features), point)
-    arrays, encoding = {}, {}
-    for name in names:
-        n_extra = len(OUTPUTS[study.mode][name].dims)
-        lead = shapes[name].shape[:n_extra]
-        shape = grid.output_shape(study, deps[name], lead)
-        zchunks = grid.block_shape(study, deps[name], lead, chunks[0])
-        arrays[name] = da.empty(shape, dtype=shapes[name].dtype, chunks=zchunks)
-        encoding[name] = {"chunks": zchunks}
-        if not study.output.compress:
-            encoding[name]["compressors"] = None
-    ds = to_dataset(study, arrays, deps)
-    ds.to_zarr(path, mode="w", compute=False, zarr_format=2, consolidated=False,
-               encoding=encoding)
-
-
-def finish_store(partial: Partial, target: Path, compress: bool) -> xr.Dataset:
-    """Move a complete store to ``target`` (.zarr: rename; .nc: convert) and open it."""
-    import zarr
-
-    from .atomic import replace_path
-    from .results.io import write_dataset
-
-    zarr.consolidate_metadata(str(partial.data), zarr_format=2)
-    if target.suffix == ".zarr":
-        replace_path(partial.data, target)
-        partial.remove()
-        return xr.open_zarr(target)
-    with xr.open_zarr(partial.data) as ds:
-        write_dataset(ds, target, compress=compress)
-    partial.remove()
-    return xr.open_dataset(target, engine="h5netcdf")
-

@@ -6,15 +6,11 @@ A sweep's results land in fresh memory, and the first write to each page faults 
 ``malloc``, which asks for them only when the process starts with the glibc tunable
 ``glibc.malloc.hugetlb=1`` (glibc >= 2.35) or the system gives every mapping huge pages
 (transparent_hugepage ``always``); otherwise they fault every 4 KiB, 512 times as often.
-Here that made XLA write fresh memory at 3.9-4.6 GB/s against numpy's 9 GB/s.
 
-It decides how an in-memory sweep is cut (:func:`dse.grid.chunk_budget`). With 4 KiB
-pages, chunks whose buffers glibc recycles, each copied into numpy result arrays, are
-faster; with huge pages, one evaluation of the whole grid (up to 2^24 points), whose
-outputs are the results, saves the copy. On bench_sweep's 1.1e7-point grid (best of ten
-runs, one process per configuration, two rounds): 93-102 ms in chunks either way, 71-73
-ms in one piece with huge pages, 120-137 ms in one piece without (73,700 page faults
-against 3,700).
+It decides how an in-memory sweep is cut (:func:`dse.run.chunks.chunk_budget`). With
+4 KiB pages, chunks whose buffers glibc recycles, each copied into numpy result arrays,
+are faster; with huge pages, one evaluation of the whole grid (up to 2^24 points), whose
+outputs are the results, saves the copy (``docs/performance.md`` has the figures).
 
 glibc reads its tunables once, when the process starts: set ``GLIBC_TUNABLES`` in the
 environment that starts Python (``GLIBC_TUNABLES=glibc.malloc.hugetlb=1 jupyter lab``);

@@ -1,0 +1,76 @@
+"""The in-memory runner: a study's grid evaluated chunk by chunk into numpy arrays."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ..core.evaluator import Evaluator
+from ..core.trace import dependencies
+from . import xla
+from .chunks import chunk_budget, chunk_pieces, chunk_point, output_shape, plan
+
+
+def run(study, names: tuple[str, ...] | None = None, progress=None
+        ) -> tuple[dict[str, np.ndarray], dict[str, tuple[str, ...]]]:
+    """Evaluate the whole grid: {output: array over its dependency dims}, and those dims.
+
+    ``progress`` wraps the chunk iterator (``progress(iterator, total)``), or None.
+    """
+    evaluator = Evaluator.of(study, names)
+    return run_function(study, evaluator, evaluator.traced, evaluator.lead_dims(),
+                        dependencies(study, evaluator), progress)
+
+
+def run_function(study, evaluator: Evaluator, fn, lead: dict[str, int],
+                 deps: dict[str, tuple[str, ...]], progress=None
+                 ) -> tuple[dict[str, np.ndarray], dict[str, tuple[str, ...]]]:
+    """Run ``fn(point, models, hardware) -> {name: array}`` over the grid in blocks, with
+    ``evaluator``'s tables and precision.
+
+    Each output leads with ``lead[name]`` axes of its own, then the grid axes it
+    depends on (``deps``); blocks are assembled into arrays over those axes.
+    """
+    xla.configure()
+    models, hardware = evaluator.models, evaluator.hardware
+    chunks = plan(study.shape, chunk_budget(study, in_memory=True))
+    results: dict[str, np.ndarray] = {}
+    iterator = iter(chunks)
+    if progress is not None:
+        iterator = progress(iterator, total=len(chunks))
+
+    def place(chunk, out: dict, copier: ThreadPoolExecutor) -> None:
+        if len(chunks) == 1 and chunk.stop - chunk.start == chunk.length:
+            for name, _, array, _ in chunk_pieces(study, chunk, out, lead, deps):
+                results[name] = array
+            return
+        copies = []
+        for name, target, array, _ in chunk_pieces(study, chunk, out, lead, deps):
+            if name not in results:
+                shape = output_shape(study, deps[name], np.shape(out[name])[:lead[name]])
+                results[name] = np.empty(shape, array.dtype)
+            copies.append((results[name], target, array))
+        # numpy copies without the GIL: the outputs go into place side by side, on the
+        # cores XLA's threads leave
+        for _ in copier.map(_assign, copies):  # raises what a copy raised
+            pass
+
+    with evaluator.precision(), ThreadPoolExecutor(os.cpu_count()) as copier:
+        previous = None
+        for chunk in iterator:
+            # dispatch is asynchronous: this chunk computes while the previous one is
+            # copied into place
+            out = fn(chunk_point(study, chunk), models, hardware)
+            if previous is not None:
+                place(*previous, copier)
+            previous = chunk, out
+        if previous is not None:
+            place(*previous, copier)
+    return results, deps
+
+
+def _assign(copy) -> None:
+    target, index, array = copy
+    target[index] = array

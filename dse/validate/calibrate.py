@@ -1,0 +1,29 @@
+"""``dse calibrate``: fit a calibration to measured runs by gradient descent through the
+evaluator (:mod:`dse.validate.fit`).
+
+    >>> from dse.validate import calibrate
+    >>> cal, history = calibrate("measured_public.csv")     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..catalogue import calibration as C
+from . import fit as F
+from .rows import read
+from .validation import build_problem
+
+
+def calibrate(data, steps: int = F.STEPS) -> tuple[C.Calibration, np.ndarray]:
+    """Fit a calibration on every expressible, unflagged row of ``data``.
+
+    Returns (calibration with covariance, loss per Adam step).
+    """
+    cases, skips = read(data)
+    prob = build_problem(cases, None)
+    return F.fit(prob, steps=steps, info=dict(
+        data=str(Path(data).name), rows=len(cases), skipped=len(skips),
+        flagged=sum(bool(c.flag) for c in cases)))
