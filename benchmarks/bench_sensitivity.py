@@ -14,7 +14,9 @@ import time
 
 import numpy as np
 
-from dse.run import chunks as grid
+from dse.core.evaluator import Evaluator
+from dse.core.trace import dependencies
+from dse.run.memory import run_function
 from dse.sensitivity import sensitivity
 from dse.study import parse_study
 
@@ -57,16 +59,17 @@ def main() -> None:
 
     # baseline: two sweeps per parameter, the hardware table scaled by 1 +- h
     names = ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s")
-    models, hardware = grid.tables(study)
-    from dse.core.evaluate import evaluate
+    evaluator = Evaluator.of(study, names)
+    hardware = evaluator.hardware
+    deps = dependencies(study, evaluator)
 
     h = 1e-3
     runs = []
     for scale in (1 + h, 1 - h):
         hw = dataclasses.replace(hardware, hbm_bw_bytes_per_s=hardware.hbm_bw_bytes_per_s * scale)
-        runs.append(lambda hw=hw: grid.run_function(
-            study, lambda p, m, _: evaluate(p, m, hw, "inference", names, study.features),
-            {k: 0 for k in names}, grid.dependencies(study, names)))
+        runs.append(lambda hw=hw: run_function(
+            study, evaluator, lambda p, m, _: evaluator.traced(p, m, hw),
+            {k: 0 for k in names}, deps))
     runs[0]()  # compile
     start = time.perf_counter()
     for run in runs:

@@ -29,12 +29,14 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from dse.run import chunks as grid, hugepages
-from dse.core.evaluate import evaluate
-from dse.results.io import write_dataset
+from dse.core.evaluator import Evaluator
 from dse.results.dataset import to_dataset
-from dse.study import parse_study
+from dse.results.io import write_dataset
+from dse.run import hugepages
+from dse.run.chunks import chunk_budget, chunk_point, plan
+from dse.run.memory import run
 from dse.run.sweep import sweep_to_file
+from dse.study import parse_study
 
 STUDY = """
 [study]
@@ -74,15 +76,15 @@ def main() -> None:
     study = parse_study(STUDY.format(scales=args.scales), "<bench>")
     n = study.size
     pages = "huge pages" if hugepages.for_malloc() else "4 KiB pages"
-    chunks = grid.plan(study.shape, grid.chunk_budget(study, in_memory=True))  # as grid.run
+    chunks = plan(study.shape, chunk_budget(study, in_memory=True))  # as run() cuts it
     if not args.in_memory_only:
         print(f"grid: {n:,} points, dims {dict(zip([a.name for a in study.dims], study.shape))}")
     print(f"XLA's buffers: {pages}; the in-memory sweep evaluates {len(chunks)} chunk(s)")
 
     start = time.perf_counter()
-    arrays, deps = grid.run(study)
+    arrays, deps = run(study)
     print(f"first run (trace + compile + evaluate): {time.perf_counter() - start:.2f} s")
-    t_mem = best_of(lambda: grid.run(study), repeat=5)
+    t_mem = best_of(lambda: run(study), repeat=5)
     out_bytes = sum(a.nbytes for a in arrays.values())
     print(f"in-memory sweep (best of 5): {t_mem:.3f} s = {n / t_mem:.3e} points/s "
           f"({out_bytes / 1e9:.2f} GB of outputs)")
@@ -103,13 +105,12 @@ def main() -> None:
     # Where the sweep's time goes: the evaluator alone (every chunk computed, its
     # outputs dropped instead of copied into the result arrays), and the CPU time of
     # each against its wall time (XLA:CPU runs independent fusions on both cores).
-    models, hardware = grid.tables(study)
-    points = [grid.chunk_point(study, c) for c in chunks]
+    evaluator = Evaluator.of(study)
+    points = [chunk_point(study, c) for c in chunks]
 
     def evaluator_alone():
         for p in points:
-            jax.block_until_ready(evaluate(p, models, hardware, study.mode, study.variables,
-                                           study.features))
+            jax.block_until_ready(evaluator(p))
 
     def cpu_of(fn):
         wall, cpu = time.perf_counter(), time.process_time()
@@ -119,7 +120,7 @@ def main() -> None:
     evaluator_alone()
     t_eval = best_of(evaluator_alone)
     cpu_eval, wall_eval = min((cpu_of(evaluator_alone) for _ in range(3)), key=lambda x: x[1])
-    cpu_mem, wall_mem = min((cpu_of(lambda: grid.run(study)) for _ in range(3)),
+    cpu_mem, wall_mem = min((cpu_of(lambda: run(study)) for _ in range(3)),
                             key=lambda x: x[1])
     print(f"  of which the evaluator alone (chunks computed, outputs dropped): {t_eval:.3f} s "
           f"= {t_eval / t_floor:.2f}x floor, {cpu_eval / wall_eval:.2f} cores busy; "
@@ -143,7 +144,7 @@ def main() -> None:
               f"{t_nc:.3f} s = {n / t_nc:.3e} points/s ({path.stat().st_size / 1e9:.2f} GB file)")
 
         def in_memory_then_write():
-            a, d = grid.run(study)
+            a, d = run(study)
             write_dataset(to_dataset(study, a, d), path)
 
         t_seq = best_of(in_memory_then_write, repeat=2)
@@ -160,18 +161,16 @@ def main() -> None:
               f"{n / t_z:.3e} points/s")
 
     # Baseline: one configuration per call, through the same compiled evaluator.
-    scalar = study.at(**{a.name: a.values[0] for a in study.dims})
-    models, hardware = grid.tables(scalar)
     rng = np.random.default_rng(0)
     points = []
     for _ in range(args.baseline_points):
         values = {a.name: a.values[rng.integers(len(a.values))] for a in study.dims}
         one = study.at(**values)
-        points.append((grid.chunk_point(one, grid.plan((), 1)[0]), *grid.tables(one)))
-    evaluate(*points[0])["ttft_s"].block_until_ready()
+        points.append((chunk_point(one, plan((), 1)[0]), Evaluator.of(one)))
+    points[0][1](points[0][0])["ttft_s"].block_until_ready()
     start = time.perf_counter()
-    for p, m, h in points:
-        {k: float(v) for k, v in evaluate(p, m, h).items()}
+    for p, ev in points:
+        {k: float(v) for k, v in ev(p).items()}
     per_point = (time.perf_counter() - start) / len(points)
     print(f"baseline, one configuration per call: {1 / per_point:,.0f} points/s; "
           f"vectorized sweep is {per_point * n / t_mem:,.0f}x faster")

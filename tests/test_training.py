@@ -262,7 +262,7 @@ def test_narayanan_flops_per_iteration_formula():
 def test_time_to_train():
     out = train(model="llama-2-7b", hardware="h100-sxm", dp=8, global_batch=64,
                 total_tokens=1e12)
-    seconds = 1e12 / out["tokens_per_s"]
+    seconds = 1e12 / out["throughput_tok_s"]
     price = load_hardware("h100-sxm").fields["price_per_hour_usd"]
     assert out["train_days"] == pytest.approx(seconds / 86400)
     assert out["device_hours"] == pytest.approx(8 * seconds / 3600)
@@ -315,3 +315,21 @@ def test_training_grid_is_one_broadcast_evaluation():
     none, full = ds.sel(recompute="none"), ds.sel(recompute="full")
     assert (full["activation_bytes"] <= none["activation_bytes"]).all()
     assert (full["step_s"] >= none["step_s"]).all()
+
+
+def test_the_old_throughput_names_still_work_for_a_release():
+    """Training's tokens_per_s is throughput_tok_s now (the inference name); a study that
+    asks for the old name gets the same values, with a FutureWarning naming the new one."""
+    from dse.study import parse_study
+    from dse.run.sweep import sweep
+
+    text = ('[study]\nname = "t"\nmode = "training"\n[axes]\nmodel = "llama-2-7b"\n'
+            'hardware = "h100-sxm"\ntp = [1, 2]\nglobal_batch = 64\n[output]\n'
+            'variables = ["tokens_per_s", "tokens_per_s_per_device", "throughput_tok_s", '
+            '"throughput_per_device_tok_s"]\n')
+    with pytest.warns(FutureWarning, match="'tokens_per_s' is called 'throughput_tok_s'"):
+        study = parse_study(text, "<t>")
+    ds = sweep(study, progress=False)
+    assert (ds["tokens_per_s"] == ds["throughput_tok_s"]).all()
+    assert (ds["tokens_per_s_per_device"] == ds["throughput_per_device_tok_s"]).all()
+    assert "tokens_per_s" not in parse_study(text.split("[output]")[0], "<t>").variables

@@ -211,7 +211,11 @@ def outputs(point, models, hardware, mode: str, names: tuple[str, ...],
             features: frozenset) -> dict:
     """The outputs ``names`` of ``mode`` at ``point``: the formulas composed, neither
     jitted nor staged (for use inside a jitted kernel of one's own)."""
-    return _BY_MODE[mode](point, models, hardware, features, frozenset(names))
+    out = _BY_MODE[mode](point, models, hardware, features, frozenset(names))
+    for name in names:  # an old name is the same array
+        if OUTPUTS[mode][name].alias_of:
+            out[name] = out[OUTPUTS[mode][name].alias_of]
+    return out
 
 
 @functools.partial(jax.jit, static_argnames=("mode", "names", "features"))

@@ -28,7 +28,7 @@ from .result import Result  # noqa: E402
 # Axes a performance engineer puts on a heatmap first ("throughput over tp x batch").
 PREFERRED = ("batch", "tp", "micro_batch", "pp", "cp", "ep", "input_len", "output_len",
              "weight_bits", "kv_bits", "act_bits")
-METRICS = ("throughput_tok_s", "tokens_per_s", "max_batch", "max_batch_total_tokens")
+METRICS = ("throughput_tok_s", "max_batch", "max_batch_total_tokens")
 LATENCY = ("tpot_s", "e2e_s", "ttft_s")
 MAX_PANELS = 12
 MAX_PARETO = 6

@@ -23,7 +23,7 @@ def reason_counts(ds: xr.Dataset) -> dict[str, int]:
             for name, bit in REASON_BITS.items()}
 
 
-SHOWN = ("throughput_tok_s", "ttft_s", "tpot_s", "tokens_per_s", "step_s", "mfu",
+SHOWN = ("throughput_tok_s", "ttft_s", "tpot_s", "step_s", "mfu",
          "memory_bytes")
 
 
@@ -46,7 +46,7 @@ def format_value(key: str, value) -> str:
     """A value in human units, chosen by the unit suffix of its name."""
     if key.endswith("_bytes"):
         return human_bytes(value)
-    if key.endswith("_tok_s") or key == "tokens_per_s":
+    if key.endswith("_tok_s"):
         return f"{value:,.0f}"
     if key.endswith("_s"):
         return human_seconds(value)

@@ -7,6 +7,7 @@ reads them). Optional outputs cost extra evaluation and are computed only on req
 
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple
 
 from ..formulas.inference import COMPONENTS, PHASES
@@ -21,6 +22,7 @@ class Output(NamedTuple):
     dims: tuple[str, ...] = ()  # leading dims beyond the study's axes
     feature: str = ""  # present only when the study uses this feature
     direction: str = ""  # of a number: "maximize" if more is better, else "minimize"
+    alias_of: str = ""  # an output's old name, kept for one release (same values)
 
 
 def more(units: str, long_name: str, *args, **kw) -> Output:
@@ -104,8 +106,8 @@ TRAINING = Registry({
     "bubble_fraction": less("1", "pipeline bubble over ideal compute time, (p-1)/(v m)"),
     "comm_s": less("s", "per step: exposed (not overlapped) communication by kind",
                      dims=("comm_kind",)),
-    "tokens_per_s": more("tokens/s", "training tokens per second of the job"),
-    "tokens_per_s_per_device": more("tokens/s", "training tokens per second per device"),
+    "throughput_tok_s": more("tokens/s", "training tokens per second of the job"),
+    "throughput_per_device_tok_s": more("tokens/s", "training tokens per second per device"),
     "model_flops_per_step": more("FLOP", "model FLOPs per step (6N + causal attention, "
                                    "the MFU convention)"),
     "hardware_flops_per_step": less("FLOP", "FLOPs executed per step (recompute and "
@@ -118,6 +120,14 @@ TRAINING = Registry({
     "bound_signature": Output("1", "binding roof of every part of the step, base-4 digits "
                               "(component_bound codes)", "codes", optional=True,
                               dims=("training_pass",)),
+    # old names (training said tokens_per_s where inference says throughput_tok_s)
+    "tokens_per_s": more("tokens/s", "training tokens per second of the job (old name of "
+                         "throughput_tok_s, until the next release)", optional=True,
+                         alias_of="throughput_tok_s"),
+    "tokens_per_s_per_device": more("tokens/s", "training tokens per second per device (old "
+                                    "name of throughput_per_device_tok_s, until the next "
+                                    "release)", optional=True,
+                                    alias_of="throughput_per_device_tok_s"),
     "valid": Output("1", "feasible configuration", "bool"),
     "reason": Output("1", "why the configuration is infeasible", "flags"),
 })
@@ -157,7 +167,7 @@ PIPELINE = Registry({
 })
 
 OUTPUTS = {"inference": INFERENCE, "training": TRAINING, "pipeline": PIPELINE}
-PRIMARY_METRIC = {"inference": "throughput_tok_s", "training": "tokens_per_s",
+PRIMARY_METRIC = {"inference": "throughput_tok_s", "training": "throughput_tok_s",
                   "pipeline": "throughput_tok_s"}
 
 BOUND_CODES = {"compute": 0, "memory": 1, "communication": 2, "none": 3}
@@ -176,6 +186,14 @@ REASONS = {
                             "2 cp (training)",
 }
 REASON_BITS = {name: 1 << i for i, name in enumerate(REASONS)}
+
+
+def renamed(outputs: Registry, name: str, file, key: str) -> None:
+    """Warn (FutureWarning) when a study names an output by its old name."""
+    alias = outputs.get(name)
+    if alias is not None and alias.alias_of:
+        warnings.warn(f"{file}: {key}: output {name!r} is called {alias.alias_of!r} now; the "
+                      "old name works until the next release", FutureWarning, stacklevel=3)
 
 
 def reason_names(code: int) -> list[str]:

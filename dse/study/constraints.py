@@ -21,6 +21,7 @@ import re
 import numpy as np
 
 from ..errors import InputError, suggest
+from ..schema.outputs import renamed
 
 ALLOWED = "'NAME' for a boolean output (fits, valid) or 'NAME <= NUMBER' (also >=, <, >)"
 _PATTERN = re.compile(
@@ -73,6 +74,7 @@ def parse_constraint(text, file, outputs, key: str) -> Constraint:
     if name not in outputs:
         raise InputError(file, key, f"{text!r}: unknown output {name!r}" + suggest(name, outputs),
                          ", ".join(outputs))
+    renamed(outputs, name, file, key)
     if match is None:
         if outputs[name].kind != "bool":
             raise InputError(file, key, f"{text!r} is not a boolean output", ALLOWED)

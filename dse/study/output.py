@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import checks
 from ..errors import InputError, suggest
-from ..schema.outputs import OUTPUTS
+from ..schema.outputs import OUTPUTS, renamed
 from .reduce import parse_reduce
 
 KEYS = ("path", "variables", "chunk_points", "compress", "breakdown", "reduce", "workers")
@@ -57,6 +57,7 @@ def parse_output(raw: dict, file: str, mode: str, axes: tuple[str, ...] = ()) ->
             if v not in available:
                 raise InputError(file, "output.variables", f"unknown output {v!r}"
                                  + suggest(v, available), ", ".join(available))
+            renamed(available, v, file, "output.variables")
             if available[v].feature == "breakdown" and not breakdown:
                 raise InputError(file, "output.variables", f"{v!r} needs the breakdown",
                                  "output.breakdown = true")

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import checks
 from ..errors import InputError, suggest
-from ..schema.outputs import OUTPUTS, PRIMARY_METRIC
+from ..schema.outputs import OUTPUTS, PRIMARY_METRIC, renamed
 from .constraints import Constraint, parse_constraints
 
 KEYS = ("by", "objective", "direction", "constraints", "histogram")
@@ -77,19 +77,20 @@ def parse_reduce(raw, file: str, mode: str, axes: tuple[str, ...]) -> ReduceSpec
     if objective not in numeric:
         raise InputError(file, f"{key}.objective", f"{objective!r} is not a numeric output"
                          + suggest(str(objective), numeric), ", ".join(numeric))
+    renamed(OUTPUTS[mode], objective, file, f"{key}.objective")
     direction = checks.choice(raw, "direction", OUTPUTS[mode][objective].direction, DIRECTIONS,
                               file, key, "maximize or minimize")
     constraints = parse_constraints(raw.get("constraints", []), file, OUTPUTS[mode],
                                     f"{key}.constraints")
     histogram = raw.get("histogram")
     if histogram is not None:
-        histogram = _parse_histogram(histogram, file, f"{key}.histogram", numeric)
+        histogram = _parse_histogram(histogram, file, f"{key}.histogram", numeric, mode)
     # Axes are ordered as in the study, whatever order ``by`` lists them in.
     return ReduceSpec(tuple(a for a in axes if a in by), objective, direction, constraints,
                       histogram)
 
 
-def _parse_histogram(raw, file, key, numeric) -> Histogram:
+def _parse_histogram(raw, file, key, numeric, mode) -> Histogram:
     allowed = "{ variable = NAME, range = [LOW, HIGH], bins = N, log = true|false }"
     if isinstance(raw, str):
         raw = {"variable": raw}
@@ -100,6 +101,7 @@ def _parse_histogram(raw, file, key, numeric) -> Histogram:
     if variable not in numeric:
         raise InputError(file, f"{key}.variable", f"{variable!r} is not a numeric output"
                          + suggest(str(variable), numeric), ", ".join(numeric))
+    renamed(OUTPUTS[mode], variable, file, f"{key}.variable")
     bins = checks.integer(raw, "bins", 50, file, key, low=1, high=10_000)
     log = checks.boolean(raw, "log", False, file, key)
     rng = raw.get("range")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from .. import checks
 from ..errors import InputError, suggest
-from ..schema.outputs import OUTPUTS
+from ..schema.outputs import OUTPUTS, renamed
 from .constraints import Constraint, parse_constraints
 from .reduce import DIRECTIONS, numeric_outputs
 
@@ -78,6 +78,7 @@ def parse_search(raw, file: str, mode: str, name: str, axes: tuple[str, ...]) ->
         if not isinstance(objective, str) or objective not in numeric:
             raise InputError(file, "search.objective", f"{objective!r} is not a numeric output"
                              + suggest(str(objective), outputs), ", ".join(numeric))
+        renamed(outputs, objective, file, "search.objective")
     # default: the registry's word for each objective (throughput up, latency down)
     directions = _as_list(raw.get("direction", [outputs[o].direction for o in objectives]))
     if len(directions) == 1 and len(objectives) > 1:

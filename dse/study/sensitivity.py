@@ -19,13 +19,13 @@ import dataclasses
 
 from .. import checks
 from ..errors import InputError, suggest
-from ..schema.outputs import OUTPUTS
+from ..schema.outputs import OUTPUTS, renamed
 from .constraints import Constraint, parse_constraint
 from .reduce import numeric_outputs
 
 KEYS = ("metrics", "params", "delta", "inverse", "mix")
 DEFAULT_METRICS = {"inference": ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s"),
-                   "training": ("step_s", "tokens_per_s", "mfu")}
+                   "training": ("step_s", "throughput_tok_s", "mfu")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +98,7 @@ def parse_sensitivity(raw, file: str, mode: str, axes: dict) -> SensitivityConfi
         if m not in numeric:
             raise InputError(file, "sensitivity.metrics", f"{m!r} is not a numeric output"
                              + suggest(str(m), numeric), ", ".join(numeric))
+        renamed(outputs, m, file, "sensitivity.metrics")
     params = raw.get("params", list(PARAMS))
     if not isinstance(params, list) or not params:
         raise checks.invalid(file, "sensitivity.params", params,

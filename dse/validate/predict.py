@@ -135,7 +135,8 @@ def row_parameters(theta, prob: Problem):
 
 
 _NAMES = {"inference": ("ttft_s", "tpot_s", "throughput_tok_s", "reason"),
-          "training": ("tokens_per_s_per_device", "model_flops_per_step", "step_s", "reason")}
+          "training": ("throughput_per_device_tok_s", "model_flops_per_step", "step_s",
+                       "reason")}
 
 
 def _metric(kind: str, metric: str, out: dict, point, i):
@@ -148,7 +149,7 @@ def _metric(kind: str, metric: str, out: dict, point, i):
     if metric == "tflops_per_s_per_gpu":
         return out["model_flops_per_step"][i] / out["step_s"][i] / (
             point.tp[i] * point.pp[i] * point.dp[i]) / 1e12
-    return out["tokens_per_s_per_device"][i]
+    return out["throughput_per_device_tok_s"][i]
 
 
 def predict_with_reasons(theta, prob: Problem, calibrated: bool = True):
