@@ -76,9 +76,9 @@ def _prepared(study, kind: str, spec=None, names=None) -> dict:
 def _pin_to_core() -> None:
     """Keep a local worker (and XLA's helper threads) on one core of its own.
 
-    XLA's CPU thread pool spreads a process over ~1.5 cores without making it faster
-    (measured: the same wall time pinned to one core); unpinned worker processes then
-    contend and one process per core gains nothing. Pinned, they scale.
+    XLA's CPU thread pool spreads a process over more than one core without making this
+    elementwise work faster (the same wall time pinned to one core); unpinned worker
+    processes then contend and one process per core gains nothing. Pinned, they scale.
     """
     try:
         from distributed import get_worker
