@@ -71,11 +71,12 @@ def sqlite(path: str) -> sqlite3.Connection:
     SQLite's default rollback journal syncs the disk on every commit, and optuna
     commits several times per trial, so a search would spend much of its time waiting
     for the disk (``docs/search.md`` gives the figure). With a write-ahead log and
-    ``synchronous=NORMAL`` (https://www.sqlite.org/wal.html) a commit is an append; the disk is synced at
-    checkpoints. The file stays consistent through a crash or power loss; a power loss
-    may drop the last trials told, which a resumed search samples again. Readers and
-    one writer work at once, so processes sharing the file wait less (``timeout``: how
-    long a writer waits for the lock). WAL needs the file on a local disk, not NFS.
+    ``synchronous=NORMAL`` (https://www.sqlite.org/wal.html) a commit is an append; the
+    disk is synced at checkpoints. The file stays consistent through a crash or power
+    loss; a power loss may drop the last trials told, which a resumed search samples
+    again. Readers and one writer work at once, so processes sharing the file wait less
+    (``timeout``: how long a writer waits for the lock). WAL needs the file on a local
+    disk, not NFS.
     """
     con = sqlite3.connect(path, timeout=60, check_same_thread=False)
     con.execute("PRAGMA journal_mode=WAL")
