@@ -18,7 +18,7 @@ rest): the value for (framework, family) is transform(base[framework] +
 offset[family]), so a device of a family the fit never saw gets its framework's base,
 and a family offset is learned from every framework that ran on that family. A study
 names the file (``[study] calibration = "..."``) and its ``framework``; the values
-land in the hardware spec table (:class:`dse.hardware.HardwareSpec`), so sweeps,
+land in the hardware spec table (:class:`dse.catalogue.hardware.HardwareSpec`), so sweeps,
 searches and sensitivities all use them.
 
 The file also keeps the fit's parameter covariance (Laplace approximation), so a

@@ -39,7 +39,7 @@ class HardwareSpec:
     price_usd_per_s: Any  # nan when the catalogue has no price
     tdp_w: Any  # nan when unknown
     # How well the serving/training software reaches the peaks on this device: filled
-    # from a calibration file (dse.calibration) per (framework, hardware family). The
+    # from a calibration file (dse.catalogue.calibration) per (framework, hardware family). The
     # defaults are the plain roofline.
     gemm_efficiency: Any = dataclasses.field(default=1.0, metadata=dict(calibration=True))
     gemm_half_rows: Any = dataclasses.field(default=0.0, metadata=dict(calibration=True))

@@ -32,7 +32,7 @@ from jax.extend import core as jcore
 
 RATIO = 16  # expansion from which an intermediate is computed once
 SHARE = 4  # kernels of at least 1/SHARE of the largest value get staged inputs
-MIN_POINTS = 1 << 15  # grid points from which dse.evaluate stages (re-emitting costs ~0.5 s)
+MIN_POINTS = 1 << 15  # grid points from which dse.core.evaluate stages a program
 
 # primitives whose body is inlined (and staged) rather than bound as a unit
 _INLINE = frozenset({"pjit", "jit", "closed_call", "core_call"})

@@ -7,7 +7,7 @@ import xarray as xr
 
 from ..schema.outputs import PRIMARY_METRIC, REASON_BITS
 from ..units import human_bytes, human_count, human_seconds
-from .select import axes, best_points
+from .select import axes, best_points, score, top
 
 
 def points(ds: xr.Dataset) -> int:
@@ -106,14 +106,12 @@ def reduce_summary(ds: xr.Dataset, seconds: float, k: int = 10) -> str:
         if count:
             lines.append(f"  {name:<20} {int(count):,}")
     objective = ds.attrs["reduction"].split()[2]
+    direction = "maximize" if "maximize" in ds.attrs["reduction"] else "minimize"
     flat = ds.stack(group=by) if by else ds.expand_dims(group=[0])
-    order = np.argsort(-np.nan_to_num(flat[objective].values, nan=-np.inf)
-                       * (1 if "maximize" in ds.attrs["reduction"] else -1), kind="stable")
+    values = flat[objective].values
     rows = []
-    for i in order[:k]:
-        g = flat.isel(group=i)
-        if not np.isfinite(float(g[objective])):
-            continue
+    for i in top(score(values, np.isfinite(values), direction), k):
+        g = flat.isel(group=int(i))
         row = {d: g[d].item() for d in by}
         for name in ds.attrs["reduced_axes"].split():
             value = g[f"best_{name}"].item()

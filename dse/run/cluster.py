@@ -54,6 +54,7 @@ def _prepared(study, kind: str, spec=None, names=None) -> dict:
         key = hashlib.sha256(pickle.dumps((study, kind, spec))).hexdigest()
         _LAST[:] = [(study, kind, spec), key]
     if key not in _PREPARED:
+        xla.configure()  # a worker of a cluster dse did not start: before JAX starts
         if os.environ.get("DSE_WORKER") == "1":
             xla.enable_compilation_cache()
             _pin_to_core()
@@ -152,7 +153,7 @@ STAGES = {reduce_task: (_reduce_start, _reduce_finish), write_task: (_write_star
 def pipelined(fn, args, indices, devices=None):
     """``(i, fn(*args, i))`` for each index, in order. For the tasks in :data:`STAGES`
     the chunks are dispatched round-robin over ``devices`` (XLA host devices, one per
-    core: :mod:`dse.devices`), one chunk in flight per device while the oldest one's
+    core: :mod:`dse.run.devices`), one chunk in flight per device while the oldest one's
     host work runs; other functions run plainly."""
     if fn not in STAGES:
         for i in indices:

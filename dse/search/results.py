@@ -105,8 +105,8 @@ def best_trials(opt: optuna.Study, cfg: SearchConfig) -> list[optuna.trial.Froze
     if not feasible:
         return []
     values = _as_min([t.values for t in feasible], cfg.directions)
-    if not cfg.multi:
-        return [feasible[int(np.argmin(values[:, 0]))]]
+    if not cfg.multi:  # the first best trial, as select.top breaks ties
+        return [feasible[int(select.top(-values[:, 0])[0])]]
     keep = select.pareto_mask(values)
     unique: dict[tuple, optuna.trial.FrozenTrial] = {}
     for t, k in zip(feasible, keep):

@@ -216,7 +216,7 @@ def validate(data, calibration=None, holdout: bool = False, steps: int = F.STEPS
              ) -> Validation:
     """Predict every row of ``data`` (a CSV in the measured_public schema).
 
-    ``calibration``: a path, a :class:`dse.calibration.Calibration`, or None for the
+    ``calibration``: a path, a :class:`dse.catalogue.calibration.Calibration`, or None for the
     shipped ``calibrations/public.toml``. ``holdout``: also refit per held-out device
     and model (``steps`` Adam steps each).
     """
