@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
-
-import numpy as np
+import threading
 import time
 from pathlib import Path
 
@@ -76,7 +76,7 @@ def _cmd_search(args) -> int:
     out = Path(args.output) if args.output else default_output(study)
     if out.suffix != ".nc":
         raise InputError("-o", str(out), "unsupported output extension", "a path ending in .nc")
-    result = search(study, out=out, n_trials=args.n_trials)
+    result = search(study, out=out, n_trials=args.n_trials, progress=_stop_if_interrupted)
     paths = write_files(result, out)
     if args.json:
         print(json.dumps(result.to_json(), indent=1, default=str))
@@ -109,7 +109,7 @@ def _cmd_sensitivity(args) -> int:
     write_dataset(ds, out)
     paths = write_report(ds, out)
     n = int(ds.sizes.get("hw_param", 0))
-    points = int(np.prod([ds.sizes[a.name] for a in study.dims])) if study.dims else 1
+    points = study.size
     print(f"{study.name}: {points:,} points x {n} hardware parameters in "
           f"{time.perf_counter() - start:.3g} s")
     print(f"wrote {out}, " + ", ".join(str(p) for p in list(paths.values())[:2])
@@ -319,6 +319,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_INTERRUPTED = threading.Event()
+
+
+def _on_interrupt(signum, frame):
+    """Ctrl-C: remember it, then raise KeyboardInterrupt as Python would. A
+    KeyboardInterrupt raised while a finalizer runs (a database connection returned to
+    its pool) is printed and swallowed; the remembered one stops the next checkpoint."""
+    _INTERRUPTED.set()
+    signal.default_int_handler(signum, frame)
+
+
+def _stop_if_interrupted(*_) -> None:
+    """A checkpoint between batches of work (a search's trials)."""
+    if _INTERRUPTED.is_set():
+        raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -327,6 +344,11 @@ def main(argv: list[str] | None = None) -> int:
 
         xla.configure()  # before anything starts JAX
         xla.enable_compilation_cache()
+    _INTERRUPTED.clear()
+    try:
+        previous = signal.signal(signal.SIGINT, _on_interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        previous = None
     try:
         code = args.run(args)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
@@ -342,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 if __name__ == "__main__":
