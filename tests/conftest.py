@@ -75,6 +75,17 @@ def genz_sensitivity(tmp_path_factory) -> tuple[int, Path]:
                                                     str(STUDIES / "sensitivity-genz.toml")])
 
 
+@pytest.fixture(scope="session")
+def contract_grid():
+    """The contract study (studies/llama-serving.toml) and its in-memory sweep, once per
+    worker (core/test_grid.py, run/test_chunks.py, properties/test_grid.py)."""
+    from dse.run.sweep import sweep
+    from dse.study import load_study
+
+    study = load_study(STUDIES / "llama-serving.toml")
+    return study, sweep(study, progress=False)
+
+
 @pytest.fixture
 def contract_study():
     from dse.study import load_study

@@ -77,7 +77,8 @@ def scored_pairs(new_tokens, prior, window, flash):
     """(query, key) pairs an attention kernel computes: causal ones with FlashAttention,
     which skips fully masked blocks (Dao 2023), the whole [new, context] rectangle for
     unfused attention, which multiplies Q K^T in full and masks afterwards (Megatron-LM's
-    fused scale-mask-softmax, eager PyTorch). Decode (one new token) is the same either way.
+    fused scale-mask-softmax, eager PyTorch). For decode (one new token) the two differ at
+    most by the one pair a sliding window masks.
     """
     context = jnp.where(window > 0.0, jnp.minimum(prior, window), prior) + new_tokens
     return jnp.where(flash > 0.0, causal_pairs(new_tokens, prior, window), new_tokens * context)

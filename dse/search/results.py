@@ -177,6 +177,8 @@ def exhaustive(study: Study, cfg: SearchConfig, found: list[dict]) -> dict | Non
     values = np.stack([full(o)[ok] for o in cfg.objectives], axis=1)
     minimized = _as_min(values, cfg.directions)
     minimized = minimized[np.all(np.isfinite(minimized), axis=1)]
+    if not len(minimized):
+        return result
     front = minimized[select.pareto_mask(minimized)]
     reference = minimized.max(axis=0)
     total = select.hypervolume(front, reference)

@@ -1,0 +1,181 @@
+"""dse search: optimum vs exhaustive sweep, Pareto fronts, storage (search/)."""
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from dse.cli import main
+from dse.search import search
+from dse.study import load_study, parse_study
+from dse.run.sweep import sweep
+
+from ..conftest import STUDIES
+from ..helpers import SMALL, small
+
+
+def exhaustive_optimum(study, objective, maximize, keep):
+    """dse sweep + masked argmax, written independently of dse.search."""
+    ds = sweep(study, progress=False)
+    mask = ds["valid"] & keep(ds)
+    value = ds[objective].where(mask)
+    return float(value.max() if maximize else value.min())
+
+
+def test_search_reaches_the_exhaustive_optimum(tmp_path):
+    """The example study (184,320 points): TPE with seed 7, 300 trials, within 1%."""
+    study = load_study(STUDIES / "search-serving.toml")
+    assert study.size >= 100_000
+    result = search(study, out=tmp_path / "s.nc")
+    optimum = exhaustive_optimum(
+        study, "throughput_tok_s", True,
+        lambda ds: (ds["ttft_s"] <= 1.5) & (ds["tpot_s"] <= 0.04))
+    found = result.best[0]["objectives"]["throughput_tok_s"]
+    assert found <= optimum * (1 + 1e-6)
+    assert found >= 0.99 * optimum
+    assert result.exhaustive["optimum"] == pytest.approx(optimum, rel=1e-6)
+
+
+def test_hybrid_mode_sweeps_the_inner_grid(tmp_path):
+    """Optuna picks hardware and precision; each trial sweeps tp, pp and batch: the 30
+    outer choices are covered within a few batches and the optimum is reached."""
+    study = load_study(STUDIES / "search-serving.toml")
+    text = study.text.replace("n_trials = 300", 'n_trials = 60\nmode = "hybrid"\n'
+                              'inner = ["tp", "pp", "batch"]\nstorage = ":memory:"')
+    result = search(parse_study(text, "<hybrid>"), out=tmp_path / "h.nc")
+    assert result.exhaustive["regret"] <= 0.001
+    assert set(result.best[0]["axes"]) >= {"tp", "pp", "batch", "hardware"}
+
+
+def test_no_feasible_point_is_said_clearly(tmp_path, capsys):
+    path = small(tmp_path, constraints='["tpot_s <= 1e-9"]', n=16)
+    assert main(["search", str(path), "-o", str(tmp_path / "r.nc")]) == 3
+    err = capsys.readouterr().err
+    assert "no feasible configuration among 16 trials" in err
+    assert not (tmp_path / "r-best.toml").exists()
+    assert (tmp_path / "r.nc").exists()  # the trials are still kept
+
+
+def test_multi_objective_front_covers_the_exhaustive_hypervolume(tmp_path):
+    study = load_study(STUDIES / "search-pareto.toml")
+    text = study.text.replace('batch_size = 50', 'batch_size = 50\nstorage = ":memory:"')
+    result = search(parse_study(text, "<pareto>"), out=tmp_path / "p.nc")
+    assert result.exhaustive["hypervolume_ratio"] >= 0.95
+    values = np.asarray([[b["objectives"]["throughput_per_device_tok_s"],
+                          b["objectives"]["tpot_s"]] for b in result.best])
+    for a in values:  # no reported point dominates another
+        assert not np.any((values[:, 0] >= a[0]) & (values[:, 1] <= a[1])
+                          & ((values[:, 0] > a[0]) | (values[:, 1] < a[1])))
+
+
+def _completed(db):
+    with sqlite3.connect(db) as con:
+        return con.execute("select count(*) from trials where state = 'COMPLETE'").fetchone()[0]
+
+
+def test_interrupted_search_resumes(tmp_path):
+    db = tmp_path / "s.db"
+    path = small(tmp_path, n=100_000, storage=f"sqlite:///{db}")
+    proc = subprocess.Popen([sys.executable, "-m", "dse", "search", str(path), "-o",
+                             str(tmp_path / "r.nc")], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not db.exists() or _completed(db) < 24):
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130 and "interrupted" in proc.stderr.read()
+    before = _completed(db)
+    assert before >= 24
+    assert main(["search", str(path), "-o", str(tmp_path / "r.nc"), "-n", "16"]) == 0
+    assert _completed(db) == before + 16
+
+
+def test_two_processes_share_one_study(tmp_path):
+    db = tmp_path / "shared.db"
+    path = small(tmp_path, n=32, storage=f"sqlite:///{db}")
+    main(["search", str(path), "-o", str(tmp_path / "init.nc"), "-n", "8"])  # create it once
+    procs = [subprocess.Popen([sys.executable, "-m", "dse", "search", str(path), "-o",
+                               str(tmp_path / f"r{i}.nc")], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for i in range(2)]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    assert _completed(db) == 8 + 2 * 32
+
+
+def test_json_and_files(tmp_path, capsys):
+    path = small(tmp_path, n=16)
+    assert main(["search", str(path), "-o", str(tmp_path / "r.nc"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    best = result["best"][0]
+    assert {"hardware", "tp", "batch", "weight_bits"} <= set(best["axes"])
+    assert best["outputs"]["throughput_tok_s"] == pytest.approx(
+        best["objectives"]["throughput_tok_s"], rel=1e-6)
+    for name in ("r.nc", "r.csv", "r-best.toml", "r-history.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    # the best-configuration file is a study that reproduces the point
+    again = sweep(load_study(tmp_path / "r-best.toml"), progress=False)
+    assert float(again["throughput_tok_s"]) == pytest.approx(
+        best["objectives"]["throughput_tok_s"], rel=1e-5)
+
+
+def test_codesign_study_runs(tmp_path):
+    study = load_study(STUDIES / "codesign.toml")
+    text = study.text.replace("n_trials = 400", 'n_trials = 40\nstorage = ":memory:"')
+    result = search(parse_study(text, "<codesign>"), out=tmp_path / "c.nc")
+    assert result.exhaustive is None  # continuous what-if scales: no finite grid
+    assert result.best and result.best[0]["outputs"]["tpot_s"] <= 0.03
+
+
+@pytest.mark.parametrize("sampler", ["random", "cmaes", "nsga2"])
+def test_every_sampler_runs(sampler, tmp_path):
+    study = load_study(STUDIES / "codesign.toml")
+    text = study.text.replace("n_trials = 400", f'n_trials = 16\nsampler = "{sampler}"\n'
+                              'storage = ":memory:"')
+    result = search(parse_study(text, "<samplers>"), out=tmp_path / "c.nc")
+    assert result.n_trials == 16
+    for best in result.best:
+        assert best["outputs"]["tpot_s"] <= 0.03 and best["outputs"]["fits"]
+
+
+def test_sqlite_study_file_is_in_write_ahead_log_mode(tmp_path):
+    """A bare path gets WAL with synchronous=NORMAL (a commit appends to the log rather
+    than syncing the disk); the trials are in the file for any later reader."""
+    import optuna
+
+    from dse.search.run import make_storage
+
+    storage = make_storage(str(tmp_path / "s.db"))
+    opt = optuna.create_study(storage=storage, study_name="wal")
+    opt.tell(opt.ask({"x": optuna.distributions.FloatDistribution(0, 1)}), 1.0)
+    with storage.engine.connect() as con:
+        assert con.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+    con = sqlite3.connect(tmp_path / "s.db")
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert con.execute("SELECT COUNT(*) FROM trials").fetchone()[0] == 1
+    con.close()
+    # a URL with options is passed to SQLAlchemy as given
+    other = make_storage(f"sqlite:///{tmp_path / 'o.db'}?timeout=5")
+    optuna.create_study(storage=other, study_name="plain")
+    assert sqlite3.connect(tmp_path / "o.db").execute("PRAGMA journal_mode").fetchone()[0] \
+        == "delete"
+
+
+def test_a_float64_study_is_searched_in_float64(tmp_path):
+    """The trials of a ``dtype = "float64"`` study are evaluated in float64: each best
+    trial's objective is the float64 sweep's value of its configuration, to the last
+    bit, not the float32 one (which differs in the 8th digit)."""
+    text = SMALL.format(constraints='["fits"]', n=24, storage=":memory:")
+    wide = parse_study(text.replace('name = "small"', 'name = "small"\ndtype = "float64"'),
+                       "<f64>")
+    result = search(wide, out=tmp_path / "s.nc")
+    best = result.best[0]
+    value = best["objectives"]["throughput_tok_s"]
+    assert value == best["outputs"]["throughput_tok_s"]  # describe() sweeps the point
+    narrow = sweep(parse_study(text, "<f32>").at(**best["axes"]), progress=False)
+    assert narrow["throughput_tok_s"].dtype == "float32"
+    assert value != float(narrow["throughput_tok_s"])
+    assert value == pytest.approx(float(narrow["throughput_tok_s"]), rel=1e-6)

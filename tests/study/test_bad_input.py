@@ -1,0 +1,136 @@
+"""Bad input: one line naming file and key, exit code 2, no traceback, nothing written."""
+
+import subprocess
+import sys
+
+import pytest
+
+from dse.cli import main
+
+GOOD = """[study]
+name = "bad"
+[axes]
+model = "llama-2-7b"
+hardware = "h100-sxm"
+batch = [1, 8]
+[output]
+path = "{out}"
+"""
+
+TRAIN = """[study]
+name = "bad"
+mode = "training"
+[axes]
+model = "llama-2-7b"
+hardware = "h100-sxm"
+tp = [1, 2]
+zero_stage = 1
+[output]
+path = "{out}"
+"""
+
+CASES = {
+    "malformed_toml": (GOOD.replace("[axes]", "[axes"), "not valid TOML"),
+    "unknown_section": (GOOD + "[axis]\ntp = 2\n", "[axis]"),
+    "unknown_key": (GOOD.replace("batch =", "bacth ="), "axes.bacth"),
+    "unknown_model": (GOOD.replace('"llama-2-7b"', '"llama-9-7b"'), "axes.model"),
+    "unknown_hardware": (GOOD.replace('"h100-sxm"', '"h900"'), "axes.hardware"),
+    "tp_not_dividing_heads": (GOOD.replace("batch =", "tp = 3\nbatch ="), "axes.tp"),
+    "negative_bandwidth": (GOOD.replace("batch =", "hbm_bw_scale = -1.0\nbatch ="),
+                           "axes.hbm_bw_scale"),
+    "zero_batch": (GOOD.replace("[1, 8]", "[0, 8]"), "axes.batch[0]"),
+    "fractional_batch": (GOOD.replace("[1, 8]", "1.5"), "axes.batch"),
+    "empty_axis": (GOOD.replace("[1, 8]", "[]"), "axes.batch"),
+    "duplicate_values": (GOOD.replace("[1, 8]", "[8, 8]"), "axes.batch"),
+    "bad_range": (GOOD.replace("[1, 8]", "{ start = 8, stop = 1, step = 1 }"), "axes.batch"),
+    "range_without_step": (GOOD.replace("[1, 8]", "{ start = 1, stop = 8 }"), "axes.batch"),
+    "bad_mode": (GOOD.replace('name = "bad"', 'name = "bad"\nmode = "serving"'), "study.mode"),
+    "efficiency_above_one": (GOOD.replace("batch =", "flops_efficiency = 1.5\nbatch ="),
+                             "axes.flops_efficiency"),
+    "act_bits_not_a_width": (GOOD.replace("batch =", "act_bits = 12\nbatch ="),
+                             "axes.act_bits"),
+    "bad_output_extension": (GOOD.replace("{out}", "{out}.csv"), "output.path"),
+    "missing_model": (GOOD.replace('model = "llama-2-7b"\n', ""), "axes.model"),
+    "wrong_type": (GOOD.replace("[1, 8]", '"eight"'), "axes.batch"),
+    "pp_beyond_layers": (GOOD.replace("batch =", "pp = 64\nbatch ="), "axes.pp"),
+    "missing_hf_config": (GOOD.replace('"llama-2-7b"', '"nowhere/config.json"'), "axes.model"),
+    "unknown_output_variable": (GOOD.replace('path =', 'variables = ["ttft"]\npath ='),
+                                "output.variables"),
+    # training keys
+    "training_key_in_inference": (GOOD.replace("batch =", "zero_stage = 1\nbatch ="),
+                                  "axes.zero_stage"),
+    "bad_recompute": (TRAIN.replace("zero_stage = 1", 'recompute = "partial"'), "axes.recompute"),
+    "bad_zero_stage": (TRAIN.replace("zero_stage = 1", "zero_stage = 4"), "axes.zero_stage"),
+    "unknown_optimizer": (TRAIN.replace("zero_stage = 1", 'optimizer = "adagrad"'),
+                          "axes.optimizer"),
+    "negative_optimizer_bytes": (TRAIN.replace("zero_stage = 1", "optimizer = -2"),
+                                 "axes.optimizer"),
+    "inference_key_in_training": (TRAIN.replace("zero_stage = 1", "batch = 8"), "axes.batch"),
+    # analysis sections are checked when the study loads, whichever verb runs it
+    "search_unknown_key": (GOOD + '[search]\nobjective = "ttft_s"\nn_trails = 5\n',
+                           "search.n_trails"),
+    "search_unknown_objective": (GOOD + '[search]\nobjective = "tok_s"\n', "search.objective"),
+    "search_bad_constraint": (GOOD + '[search]\nobjective = "ttft_s"\nconstraints = '
+                              '["ttft_s << 2"]\n', "search.constraints"),
+    "search_inner_not_an_axis": (GOOD + '[search]\nobjective = "ttft_s"\nmode = "hybrid"\n'
+                                 'inner = ["tp"]\n', "search.inner"),
+    "sensitivity_unknown_key": (GOOD + "[sensitivity]\ndelta = 0.1\nmetricz = []\n",
+                                "sensitivity.metricz"),
+    "sensitivity_bad_delta": (GOOD + "[sensitivity]\ndelta = 2\n", "sensitivity.delta"),
+    "sensitivity_bad_goal": (GOOD + '[sensitivity]\ninverse = [{ param = "hbm_bw", '
+                             'goal = "tpot_s <= fast" }]\n', "sensitivity.inverse[0].goal"),
+    "reduce_unknown_key": (GOOD.replace("[output]", "[output.reduce]\nbyy = []\n[output]"),
+                           "output.reduce.byy"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_study_input(case, tmp_path, capsys):
+    text, key = CASES[case]
+    out = tmp_path / "result.nc"
+    study = tmp_path / "study.toml"
+    study.write_text(text.replace("{out}", str(out)))
+    assert main(["sweep", str(study)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    assert err.startswith("dse: error: ") and str(study) in err and key in err, err
+    assert not out.exists() and list(tmp_path.iterdir()) == [study]
+
+
+def test_bad_hardware_file(tmp_path, capsys):
+    """A custom hardware file with a negative bandwidth names that file and key."""
+    chip = tmp_path / "chip.toml"
+    chip.write_text('name = "chip"\nmemory_gib = 80\nhbm_bw_gb_per_s = -3000\n'
+                    'bf16_tflops = 1000\ndevices_per_node = 1\ninter_node_bw_gb_per_s = 50\n')
+    study = tmp_path / "study.toml"
+    study.write_text(GOOD.replace('"h100-sxm"', '"chip.toml"').replace("{out}",
+                                                                      str(tmp_path / "o.nc")))
+    assert main(["sweep", str(study)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert str(chip) in err and "hbm_bw_gb_per_s" in err and "-3000" in err
+
+
+def test_missing_study_file(tmp_path, capsys):
+    assert main(["sweep", str(tmp_path / "nope.toml")]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+def test_bad_input_from_a_real_process(tmp_path):
+    """The installed entry point: exit status 2 and one stderr line, no traceback."""
+    study = tmp_path / "study.toml"
+    study.write_text(CASES["unknown_model"][0].replace("{out}", str(tmp_path / "o.nc")))
+    proc = subprocess.run([sys.executable, "-m", "dse", "sweep", str(study)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "llama-9-7b" in proc.stderr and "did you mean" in proc.stderr
+
+
+def test_usecase_conflicts_with_explicit_lengths(tmp_path, capsys):
+    from dse.cli import main
+
+    study = tmp_path / "s.toml"
+    study.write_text('[axes]\nmodel = "llama-2-7b"\nhardware = "h100-sxm"\n'
+                     'usecase = "chat"\ninput_len = 100\n')
+    assert main(["sweep", str(study)]) == 2
+    assert "axes.input_len" in capsys.readouterr().err
