@@ -11,10 +11,11 @@ import json
 
 import numpy as np
 
+from ..results import select
 from ..results.summary import SHOWN, format_value, reason_counts
 from .bars import config_label
-from .figures import NotApplicable, pick_metric
 from .facets import FACETS, at_point, best_points
+from .figures import NotApplicable, pick_metric
 from .result import Result
 
 GENERATOR = "dse report"
@@ -95,9 +96,7 @@ def _search_summary(res: Result) -> list[str]:
     if "regret" in exhaustive:
         out.append(f"<p>Exhaustive optimum over {exhaustive['points']:,} points: "
                    f"{exhaustive['optimum']:.6g} (regret {100 * exhaustive['regret']:.2f}%)</p>")
-    sign = 1.0 if directions[0] == "maximize" else -1.0
-    score = np.where(feasible, sign * ds[objectives[0]].values, -np.inf)
-    order = [i for i in np.argsort(-score, kind="stable") if np.isfinite(score[i])][:10]
+    order = select.top(select.score(ds[objectives[0]].values, feasible, directions[0]), 10)
     rows = [[int(ds["number"].values[i])] + [format_value(a, ds[a].values[i].item())
                                               for a in axes + objectives] for i in order]
     out.append(f"<h2>Best feasible trials by {objectives[0]}</h2>"
