@@ -15,8 +15,13 @@ def test_the_old_throughput_names_still_work_for_a_release():
             'hardware = "h100-sxm"\ntp = [1, 2]\nglobal_batch = 64\n[output]\n'
             'variables = ["tokens_per_s", "tokens_per_s_per_device", "throughput_tok_s", '
             '"throughput_per_device_tok_s"]\n')
-    with pytest.warns(FutureWarning, match="'tokens_per_s' is called 'throughput_tok_s'"):
+    with pytest.warns(FutureWarning) as caught:
         study = parse_study(text, "<t>")
+    assert [str(w.message).split(": ", 2)[2] for w in caught] == [
+        "output 'tokens_per_s' is called 'throughput_tok_s' now; the old name works until "
+        "the next release",
+        "output 'tokens_per_s_per_device' is called 'throughput_per_device_tok_s' now; the "
+        "old name works until the next release"]
     ds = sweep(study, progress=False)
     assert (ds["tokens_per_s"] == ds["throughput_tok_s"]).all()
     assert (ds["tokens_per_s_per_device"] == ds["throughput_per_device_tok_s"]).all()
