@@ -155,8 +155,9 @@ class TrainingPoint:
     tflops_scale: Any = knob(1.0, "scale", "what-if multiplier on every peak FLOP/s")
     link_bw_scale: Any = knob(1.0, "scale", "what-if multiplier on link bandwidths")
     memory_scale: Any = knob(1.0, "scale", "what-if multiplier on memory capacity")
-    memory_reserve: Any = knob(0.0, "reserve", "memory fraction kept for the framework, "
-                               "CUDA context and fragmentation")
+    memory_reserve: Any = knob(0.1, "reserve", "memory fraction kept for the framework, CUDA "
+                               "context, NCCL buffers and fragmentation; default 0.1, as in "
+                               "inference")
     total_tokens: Any = knob(0, "int0", "tokens to train on (0: no time-to-train outputs)",
                              "tokens")
 

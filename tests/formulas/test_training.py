@@ -316,3 +316,21 @@ def test_training_grid_is_one_broadcast_evaluation():
     none, full = ds.sel(recompute="none"), ds.sel(recompute="full")
     assert (full["activation_bytes"] <= none["activation_bytes"]).all()
     assert (full["step_s"] >= none["step_s"]).all()
+
+
+def test_training_keeps_a_memory_reserve_by_default():
+    """A 7B job taking 75.1 GiB per device (micro-batch 16 x 4096 tokens, full recompute,
+    tp 2) fits an 80 GiB H100 only without a reserve: by default 10% is kept for the
+    CUDA context, NCCL buffers and fragmentation, as in inference (80 x 0.9 = 72 GiB)."""
+    from dse.study import parse_study
+    from dse.run.sweep import sweep
+
+    text = ('[study]\nname = "t"\nmode = "training"\n[axes]\nmodel = "llama-2-7b"\n'
+            'hardware = "h100-sxm"\nmicro_batch = 16\nseq_len = 4096\nglobal_batch = 64\n'
+            'num_devices = 8\nrecompute = "full"\ntp = 2\nmemory_reserve = {reserve}\n')
+    default = sweep(parse_study(text.replace("memory_reserve = {reserve}\n", ""), "<t>"),
+                    progress=False)
+    none = sweep(parse_study(text.format(reserve=0.0), "<t>"), progress=False)
+    memory = float(default["memory_bytes"]) / 2**30
+    assert 72.0 < memory < 80.0
+    assert not bool(default["fits"]) and bool(none["fits"])
