@@ -8,10 +8,15 @@ removed and an existing result is left untouched.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
+import tempfile
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
+
+from .errors import InputError
 
 
 def remove_path(path: Path) -> None:
@@ -49,3 +54,44 @@ def atomic_path(path: str | Path):
             os.replace(tmp, path)
     finally:
         remove_path(tmp)
+
+
+def check_writable(path, source, key: str | None = None, suffixes: Iterable[str] = (),
+                   directory: bool = False) -> Path:
+    """``path`` checked before any work: that it ends in one of ``suffixes`` (if given),
+    that it is not a directory where a file goes (``directory``: not a file where a
+    directory goes; a ``.zarr`` store is a directory), and that it can be created: its
+    nearest existing ancestor is a directory where a file can be made (missing parents
+    are made when the result is written). Otherwise an :class:`InputError` naming
+    ``source`` (the study file, or a command-line flag such as ``-o``) and ``key``."""
+    path = Path(path)
+
+    def refuse(problem, allowed):
+        return InputError(source, key, f"{path}: {problem}", allowed)
+
+    suffixes = tuple(suffixes)
+    if suffixes and path.suffix not in suffixes:
+        raise refuse(f"unsupported extension {path.suffix or '(none)'!r}",
+                     "a path ending in " + " or ".join(suffixes))
+    is_store = directory or path.suffix == ".zarr"
+    if path.exists() and path.is_dir() != is_store:
+        raise refuse("is a directory" if path.is_dir() else "is a file",
+                     "a directory to write into" if is_store else "a file name")
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise refuse(f"{parent} is a file, not a directory", "a path under a directory")
+    try:  # a file made and dropped there: the real test (root passes every access check)
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as err:
+        raise refuse(f"cannot write in {parent} ({err.strerror or err})",
+                     "a path in a writable directory") from None
+    return path
+
+
+def no_space(err: BaseException) -> bool:
+    """Whether ``err`` is a full disk (ENOSPC, or HDF5's words for it)."""
+    return (isinstance(err, OSError) and err.errno == errno.ENOSPC) or (
+        "No space left on device" in str(err))

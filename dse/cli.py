@@ -15,21 +15,21 @@ import threading
 import time
 from pathlib import Path
 
+from .atomic import check_writable
 from .errors import InputError
 
 EXIT_INPUT = 2
 
 
 def _cmd_sweep(args) -> int:
-    from .study.output import FORMATS
-    from .study.study import load_study
     from .results.summary import reduce_summary, sweep_summary
     from .run.sweep import sweep_to_file
+    from .study.output import FORMATS
+    from .study.study import load_study
 
     study = load_study(args.study)
-    if args.output is not None and Path(args.output).suffix not in FORMATS:
-        raise InputError("-o", args.output, "unsupported output extension",
-                         "a path ending in .nc or .zarr")
+    if args.output is not None:
+        check_writable(args.output, "-o", None, FORMATS)
     if args.bands is not None and args.bands < 2:
         raise InputError("--bands", str(args.bands), "too few samples", "an integer >= 2")
     if args.bands and study.calibration is None:
@@ -41,7 +41,7 @@ def _cmd_sweep(args) -> int:
     start = time.perf_counter()
     ds, path = sweep_to_file(study, args.output, progress=None if not args.quiet else False,
                              scheduler=args.scheduler, workers=args.workers,
-                             resume=args.resume)
+                             resume=args.resume, force=args.force)
     seconds = time.perf_counter() - start
     if args.bands:
         from .results.io import write_dataset
@@ -73,9 +73,10 @@ def _cmd_search(args) -> int:
     from .study.study import load_study
 
     study = load_study(args.study)
-    out = Path(args.output) if args.output else default_output(study)
-    if out.suffix != ".nc":
-        raise InputError("-o", str(out), "unsupported output extension", "a path ending in .nc")
+    if args.output:
+        out = check_writable(args.output, "-o", None, (".nc",))
+    else:
+        out = check_writable(default_output(study), study.file, "output.path", (".nc",))
     result = search(study, out=out, n_trials=args.n_trials, progress=_stop_if_interrupted)
     paths = write_files(result, out)
     if args.json:
@@ -97,13 +98,15 @@ def _cmd_sensitivity(args) -> int:
     from .sensitivity.report import write_report
     from .study.study import load_study
     from .run.progress import chunk_bar
+    from .run.sweep import default_path
 
     study = load_study(args.study)
-    base = study.output.path or Path("results") / f"{study.name}.nc"
-    out = Path(args.output) if args.output else base.with_name(f"{base.stem}-sensitivity.nc")
-    if out.suffix not in (".nc", ".zarr"):
-        raise InputError("-o", str(out), "unsupported output extension",
-                         "a path ending in .nc or .zarr")
+    if args.output:
+        out = check_writable(args.output, "-o", None, (".nc", ".zarr"))
+    else:  # beside the sweep's result, as dse search's trials are
+        base = default_path(study)
+        out = check_writable(base.with_name(f"{base.stem}-sensitivity.nc"), study.file,
+                             "output.path", (".nc", ".zarr"))
     start = time.perf_counter()
     ds = sensitivity(study, progress=chunk_bar(None if not args.quiet else False))
     write_dataset(ds, out)
@@ -120,6 +123,8 @@ def _cmd_sensitivity(args) -> int:
 def _cmd_report(args) -> int:
     from .report.api import report
 
+    if args.output:
+        check_writable(args.output, "-o", None, directory=True)
     print(f"wrote {report(args.result, args.output)}")
     return 0
 
@@ -128,6 +133,8 @@ def _cmd_plot(args) -> int:
     from .report.api import plot
 
     options = dict(metric=args.metric, x=args.x, y=args.y, workload=args.workload)
+    if args.output:
+        check_writable(args.output, "-o", None, (".png", ".svg"))
     print(f"wrote {plot(args.result, args.kind, args.output, **options)}")
     return 0
 
@@ -180,8 +187,8 @@ def _cmd_models(args) -> int:
 def _cmd_validate(args) -> int:
     from .validate.validation import dumps_json, validate
 
+    out = check_writable(args.output, "-o", None, directory=True)
     result = validate(args.data, calibration=args.calibration, holdout=args.holdout)
-    out = Path(args.output)
     figure = result.plot(out / "validate.png")
     (out / "validate.json").write_text(dumps_json(result))
     if args.json:
@@ -196,9 +203,7 @@ def _cmd_calibrate(args) -> int:
     from .catalogue.calibration import save
     from .validate.calibrate import calibrate
 
-    out = Path(args.output)
-    if out.suffix != ".toml":
-        raise InputError("-o", str(out), "unsupported output extension", "a path ending in .toml")
+    out = check_writable(args.output, "-o", None, (".toml",))
     if args.steps < 1:
         raise InputError("--steps", str(args.steps), "must be at least 1", "an integer >= 1")
     cal, history = calibrate(args.data, steps=args.steps)
@@ -245,6 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "[output] workers, \"auto\": one per core for big streamed sweeps)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted sweep from "
                    "its finished chunks (kept in .NAME.partial beside the output)")
+    p.add_argument("--force", action="store_true", help="run even when the results' estimated "
+                   "size exceeds the free memory or disk (checked before anything runs)")
     p.add_argument("--bands", type=int, metavar="N", help="also write NAME-bands.nc: 5/50/95%% "
                    "quantiles of the metrics over N draws of the study's calibration")
     p.set_defaults(run=_cmd_sweep)

@@ -8,6 +8,9 @@ cheap to keep. The answer depends only on the study's layout, so it is cached.
 
 from __future__ import annotations
 
+import math
+from typing import NamedTuple
+
 import jax
 import numpy as np
 
@@ -15,7 +18,7 @@ from ..schema.knobs import fields
 from .encoding import INDEX_KEYS
 from .tables import numpy_dtype
 
-_CACHE: dict[tuple, dict] = {}
+_CACHE: dict[tuple, dict] = {}  # study layout -> {output: OutputLayout}
 
 
 def template_point(study):
@@ -35,10 +38,23 @@ def template_point(study):
     return study.point_type(**leaves)
 
 
-def function_dependencies(study, evaluator, fn, lead: dict[str, int]
-                          ) -> dict[str, tuple[str, ...]]:
-    """The axes each output of ``fn(point, models, hardware)`` varies along, with the
-    evaluator's tables and precision; ``lead[name]`` leading axes of its own first."""
+class OutputLayout(NamedTuple):
+    """Where an output lives: the study axes it varies along, the lengths of its own
+    leading axes (phase x component, stage, ...), its dtype."""
+
+    deps: tuple[str, ...]
+    lead: tuple[int, ...]
+    dtype: np.dtype
+
+    def size(self, study) -> int:
+        """Elements of the output over the whole grid."""
+        sizes = dict(zip((a.name for a in study.dims), study.shape))
+        return math.prod(self.lead) * math.prod(sizes[d] for d in self.deps)
+
+
+def function_layout(study, evaluator, fn, lead: dict[str, int]) -> dict[str, OutputLayout]:
+    """The layout of each output of ``fn(point, models, hardware)``, with the evaluator's
+    tables and precision; ``lead[name]`` leading axes of its own first."""
     spec = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
                                   (evaluator.models, evaluator.hardware))
     with evaluator.precision():
@@ -48,17 +64,27 @@ def function_dependencies(study, evaluator, fn, lead: dict[str, int]
     for name, k in lead.items():
         shape = shapes[name].shape[k:]
         shape = (1,) * (len(dims) - len(shape)) + shape
-        out[name] = tuple(d for d, n in zip(dims, shape) if n == 2)
+        out[name] = OutputLayout(tuple(d for d, n in zip(dims, shape) if n == 2),
+                                 tuple(shapes[name].shape[:k]), np.dtype(shapes[name].dtype))
     return out
 
 
-def dependencies(study, evaluator) -> dict[str, tuple[str, ...]]:
-    """For each of the evaluator's outputs, the study axes it varies along (cached per
-    axis layout)."""
+def function_dependencies(study, evaluator, fn, lead: dict[str, int]
+                          ) -> dict[str, tuple[str, ...]]:
+    """The axes each output of ``fn(point, models, hardware)`` varies along."""
+    return {n: o.deps for n, o in function_layout(study, evaluator, fn, lead).items()}
+
+
+def layout(study, evaluator) -> dict[str, OutputLayout]:
+    """The layout of each of the evaluator's outputs (cached per axis layout)."""
     key = (study.mode, tuple(a.name for a in study.dims), evaluator.names, len(study.models),
            len(study.hardware), study.dtype, study.features, study.values("usecase")
            if "usecase" in fields(study.point_type) else None)
     if key not in _CACHE:
-        _CACHE[key] = function_dependencies(study, evaluator, evaluator.traced,
-                                            evaluator.lead_dims())
+        _CACHE[key] = function_layout(study, evaluator, evaluator.traced, evaluator.lead_dims())
     return _CACHE[key]
+
+
+def dependencies(study, evaluator) -> dict[str, tuple[str, ...]]:
+    """For each of the evaluator's outputs, the study axes it varies along (cached)."""
+    return {n: o.deps for n, o in layout(study, evaluator).items()}

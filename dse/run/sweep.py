@@ -21,10 +21,13 @@ from pathlib import Path
 
 import xarray as xr
 
+from ..atomic import check_writable, no_space
+from ..errors import InputError
 from ..results.dataset import to_dataset
 from ..results.io import write_dataset
+from ..study.output import FORMATS
 from ..study.study import Study, load_study
-from . import cluster, memory, netcdf, progress as bars, xla
+from . import budget, cluster, memory, netcdf, progress as bars, xla
 from .store import Partial, finish_store
 
 PATHS = ("reduce", "store", "netcdf", "memory")
@@ -46,7 +49,8 @@ def choose(study: Study, path: Path | None = None, *, scheduler: str | None = No
 
 
 def sweep(study: Study | str | Path, *, progress: bool | None = None,
-          scheduler: str | None = None, workers: int | None = None) -> xr.Dataset:
+          scheduler: str | None = None, workers: int | None = None,
+          force: bool = False) -> xr.Dataset:
     """Evaluate every point of ``study``'s grid and return the labelled Dataset.
 
     ``study`` is a :class:`~dse.study.Study` or the path of a study file. Dimensions are
@@ -60,6 +64,10 @@ def sweep(study: Study | str | Path, *, progress: bool | None = None,
     scheduler address) or ``workers`` (local processes) run the chunks elsewhere; the
     result is the same.
 
+    A grid whose results would not fit in memory stops before it starts, with an
+    :class:`~dse.errors.InputError` naming the estimate (:mod:`dse.run.budget`), unless
+    ``force``.
+
     Start Python with ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` (Linux, glibc >= 2.35)
     for faster in-memory sweeps: XLA's buffers then get huge pages and a grid of up to
     2^24 points is evaluated in one piece, its outputs kept as the results
@@ -70,6 +78,18 @@ def sweep(study: Study | str | Path, *, progress: bool | None = None,
     xla.configure()
     start = time.perf_counter()
     how = choose(study, scheduler=scheduler, workers=workers)
+    need = budget.check(study, how, force=force)
+    try:
+        ds = _sweep(study, how, progress, scheduler, workers)
+    except MemoryError:
+        need = need or budget.estimate(study)
+        raise InputError(study.file, "axes", f"{need.describe()}: out of memory",
+                         budget.HOW_TO_REDUCE) from None
+    ds.attrs["evaluation_s"] = time.perf_counter() - start
+    return ds
+
+
+def _sweep(study: Study, how: str, progress, scheduler, workers) -> xr.Dataset:
     if how == "reduce":
         ds = cluster.reduce_grid(study, scheduler=scheduler, workers=workers,
                                  progress=bars.points_bar(progress))
@@ -82,7 +102,6 @@ def sweep(study: Study | str | Path, *, progress: bool | None = None,
     else:
         arrays, deps = memory.run(study, progress=bars.chunk_bar(progress))
         ds = to_dataset(study, arrays, deps)
-    ds.attrs["evaluation_s"] = time.perf_counter() - start
     return ds
 
 
@@ -93,7 +112,7 @@ def default_path(study: Study) -> Path:
 
 def sweep_to_file(study: Study | str | Path, out: str | Path | None = None, *,
                   progress: bool | None = None, scheduler: str | None = None,
-                  workers: int | None = None, resume: bool = False
+                  workers: int | None = None, resume: bool = False, force: bool = False
                   ) -> tuple[xr.Dataset, Path]:
     """:func:`sweep` into ``out`` (default: the study's output path), atomically.
 
@@ -104,14 +123,37 @@ def sweep_to_file(study: Study | str | Path, out: str | Path | None = None, *,
     are evaluated (bounded memory, evaluation overlapping the write). Either way
     ``out`` appears only when complete. Returns the Dataset (lazily backed by the file
     for a full grid) and the path.
+
+    Before anything is evaluated the path is checked (a file name where a file can be
+    made) and the results' size against its disk (:mod:`dse.run.budget`; ``force``
+    skips the size check); a disk that fills up anyway stops the sweep with one
+    :class:`~dse.errors.InputError` and leaves nothing behind.
     """
     if not isinstance(study, Study):
         study = load_study(study)
     xla.configure()
-    path = Path(out) if out is not None else default_path(study)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
+    if out is not None:
+        path = check_writable(out, "out", None, FORMATS)
+    else:
+        path = check_writable(default_path(study), study.file, "output.path", FORMATS)
     how = choose(study, path, scheduler=scheduler, workers=workers, resume=resume)
+    budget.check(study, how, path, force)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return _sweep_to_file(study, path, how, progress, scheduler, workers, resume)
+    except Exception as err:
+        if not no_space(err):
+            raise
+        Partial(path).remove()
+        raise InputError(study.file, "output.path", f"{path}: the disk filled up while the "
+                         "results were written; nothing was kept",
+                         f"free space, another disk, or a smaller study ({budget.HOW_TO_REDUCE})"
+                         ) from None
+
+
+def _sweep_to_file(study: Study, path: Path, how: str, progress, scheduler, workers, resume
+                   ) -> tuple[xr.Dataset, Path]:
+    start = time.perf_counter()
     if how == "reduce":
         ds = cluster.reduce_grid(study, target=path, resume=resume, scheduler=scheduler,
                                  workers=workers, progress=bars.points_bar(progress))
