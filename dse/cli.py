@@ -39,7 +39,8 @@ def _cmd_sweep(args) -> int:
         raise InputError("--workers", str(args.workers), "must be at least 1",
                          "an integer >= 1 (local worker processes)")
     start = time.perf_counter()
-    ds, path = sweep_to_file(study, args.output, progress=None if not args.quiet else False,
+    ds, path = sweep_to_file(study, args.output,
+                             progress=False if args.quiet else args.progress,
                              scheduler=args.scheduler, workers=args.workers,
                              resume=args.resume, force=args.force)
     seconds = time.perf_counter() - start
@@ -68,6 +69,7 @@ EXIT_INFEASIBLE = 3
 
 
 def _cmd_search(args) -> int:
+    from .run.progress import bar
     from .search.api import search
     from .search.files import default_output, summary, write_files
     from .study.study import load_study
@@ -77,7 +79,20 @@ def _cmd_search(args) -> int:
         out = check_writable(args.output, "-o", None, (".nc",))
     else:
         out = check_writable(default_output(study), study.file, "output.path", (".nc",))
-    result = search(study, out=out, n_trials=args.n_trials, progress=_stop_if_interrupted)
+    make = bar(args.progress, unit="trial", desc=study.name)
+    total = args.n_trials or (study.search.n_trials if study.search else 0)
+    trials = make(total) if make else None
+
+    def progress(told: int) -> None:
+        if trials is not None:
+            trials.update(told)
+        _stop_if_interrupted()
+
+    try:
+        result = search(study, out=out, n_trials=args.n_trials, progress=progress)
+    finally:
+        if trials is not None:
+            trials.close()
     paths = write_files(result, out)
     if args.json:
         print(json.dumps(result.to_json(), indent=1, default=str))
@@ -97,7 +112,7 @@ def _cmd_sensitivity(args) -> int:
     from .sensitivity.api import sensitivity
     from .sensitivity.report import write_report
     from .study.study import load_study
-    from .run.progress import chunk_bar
+    from .run.progress import bar
     from .run.sweep import default_path
 
     study = load_study(args.study)
@@ -108,7 +123,8 @@ def _cmd_sensitivity(args) -> int:
         out = check_writable(base.with_name(f"{base.stem}-sensitivity.nc"), study.file,
                              "output.path", (".nc", ".zarr"))
     start = time.perf_counter()
-    ds = sensitivity(study, progress=chunk_bar(None if not args.quiet else False))
+    ds = sensitivity(study, progress=bar(False if args.quiet else args.progress,
+                                         desc=study.name))
     write_dataset(ds, out)
     paths = write_report(ds, out)
     n = int(ds.sizes.get("hw_param", 0))
@@ -254,6 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "size exceeds the free memory or disk (checked before anything runs)")
     p.add_argument("--bands", type=int, metavar="N", help="also write NAME-bands.nc: 5/50/95%% "
                    "quantiles of the metrics over N draws of the study's calibration")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="a progress bar once the work runs over a second (default: when "
+                   "stderr is a terminal)")
     p.set_defaults(run=_cmd_sweep)
 
     p = verbs.add_parser("search", help="optuna search of a study's space ([search] section)",
@@ -264,6 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "go beside it (default: results/<name>-search.nc)")
     p.add_argument("-n", "--n-trials", type=int, help="trials to add (default: [search] n_trials)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="a progress bar once the work runs over a second (default: when "
+                   "stderr is a terminal)")
     p.set_defaults(run=_cmd_search)
 
     p = verbs.add_parser("sensitivity", help="elasticities of the metrics to each hardware "
@@ -272,6 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="Dataset path (.nc or .zarr); the report (.md, .html, "
                    "PNG) goes beside it (default: results/<name>-sensitivity.nc)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="a progress bar once the work runs over a second (default: when "
+                   "stderr is a terminal)")
     p.set_defaults(run=_cmd_sensitivity)
 
     p = verbs.add_parser("validate", help="predict measured runs (CSV) and report the errors "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..catalogue.usecases import USECASES
-from ..schema.knobs import OPTIMIZERS, RECOMPUTE
+from ..schema.knobs import OPTIMIZERS, PP_SCHEDULES, RECOMPUTE
 from .tables import numpy_dtype
 
 INDEX_KEYS = ("model", "hardware", "draft_model", "usecase")  # int32 indices
@@ -30,6 +30,8 @@ def encode(study, key: str, values) -> np.ndarray:
                           np.int32)
     if key == "recompute":
         return np.asarray([RECOMPUTE.index(v) for v in values], numpy_dtype(study))
+    if key == "pp_schedule":
+        return np.asarray([PP_SCHEDULES.index(v) for v in values], numpy_dtype(study))
     if key == "optimizer":
         return np.asarray([OPTIMIZERS[v] if isinstance(v, str) else float(v) for v in values],
                           numpy_dtype(study))

@@ -126,9 +126,29 @@ def training_reasons(m: ModelSpec, p: TrainingPoint, dp, global_batch, fits):
                              & _divides(p.ep, p.tp * dp) & _divides(etp, m.d_ff_expert))
     micro_batches = global_batch / (p.micro_batch * dp)
     interleaved = p.virtual_stages > 1.0
-    schedule_bad = (interleaved & ((p.pp == 1.0) | ~_divides(p.pp * p.virtual_stages, m.n_layers)
+    v = p.virtual_stages
+    # Uneven stages (Megatron-LM's TransformerConfig checks): a given end's layers divide
+    # by v; the rest divide evenly over the other stages, and each of those shares by v
+    first, last = p.first_stage_layers, p.last_stage_layers
+    uneven = (first > 0.0) | (last > 0.0)
+    rest_stages = p.pp - jnp.where(first > 0.0, 1.0, 0.0) - jnp.where(last > 0.0, 1.0, 0.0)
+    rest = m.n_layers - first - last
+    share = rest / jnp.maximum(rest_stages, 1.0)
+    rest_ok = jnp.where(rest_stages > 0.0,
+                        (rest > 0.0) & _divides(rest_stages, rest) & _divides(v, share),
+                        rest == 0.0)
+    ends_ok = ((first == 0.0) | _divides(v, first)) & ((last == 0.0) | _divides(v, last))
+    uneven_bad = uneven & ((p.pp == 1.0) | ~rest_ok | ~ends_ok)
+    # Schedules: GPipe, ZB-H1 and DualPipe have no virtual stages; DualPipe needs an even
+    # pp and an even number of micro-batches >= 2 pp (deepseek-ai/DualPipe asserts both)
+    schedule = p.pp_schedule
+    dual_bad = (schedule == 3.0) & (~_divides(2.0, p.pp) | ~_divides(2.0, micro_batches)
+                                    | (micro_batches < 2.0 * p.pp))
+    schedule_bad = (interleaved & ((p.pp == 1.0)
+                                   | (~uneven & ~_divides(p.pp * p.virtual_stages, m.n_layers))
                                    | ~_divides(p.pp, micro_batches))
-                    | ((p.cp > 1.0) & ~_divides(2.0 * p.cp, p.seq_len)))
+                    | ((p.cp > 1.0) & ~_divides(2.0 * p.cp, p.seq_len))
+                    | uneven_bad | (interleaved & (schedule > 0.0)) | dual_bad)
     return _reason_code([
         (~_tp_ok(m, p.tp), "tp_indivisible"),
         (p.pp > m.n_layers, "pp_exceeds_layers"),
@@ -156,10 +176,11 @@ def _evaluate_training(p: TrainingPoint, models: ModelSpec, hardware: HardwareSp
     out = training(
         m, rates, capacity, peak * p.tflops_scale, hw.price_usd_per_s,
         Job(global_batch, p.micro_batch, p.seq_len, p.total_tokens),
-        Layout(p.tp, p.pp, dp, p.ep, p.cp, p.virtual_stages, p.sequence_parallel),
+        Layout(p.tp, p.pp, dp, p.ep, p.cp, p.virtual_stages, p.sequence_parallel,
+               p.first_stage_layers, p.last_stage_layers),
         Bits(p.weight_bits, p.grad_bits, p.master_weight_bits, p.act_bits, p.optimizer),
         Schedule(p.zero_stage, p.recompute, p.flash_attention, p.dropout, p.tp_overlap,
-                 p.dp_overlap, p.pp_overlap), features, names, XLA_CPU)
+                 p.dp_overlap, p.pp_overlap, p.pp_schedule), features, names, XLA_CPU)
     out["reason"] = training_reasons(m, p, dp, global_batch, out["fits"])
     out["valid"] = out["reason"] == 0
     return out

@@ -208,6 +208,10 @@ class Layout(NamedTuple):
     cp: Any
     virtual: Any
     sequence_parallel: Any
+    # transformer layers of the first / last pipeline stage (0: its share of an even
+    # split; Megatron-LM's --decoder-first/last-pipeline-num-layers)
+    first_layers: Any = 0.0
+    last_layers: Any = 0.0
 
 
 class Bits(NamedTuple):
@@ -226,6 +230,7 @@ class Schedule(NamedTuple):
     tp_overlap: Any
     dp_overlap: Any
     pp_overlap: Any
+    pp_schedule: Any = 0.0  # 0 1F1B (interleaved when virtual > 1), 1 GPipe, 2 ZB-H1, 3 DualPipe
 
 
 @jax.tree_util.register_dataclass

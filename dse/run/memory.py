@@ -11,13 +11,14 @@ from ..core.evaluator import Evaluator
 from ..core.trace import dependencies
 from . import xla
 from .chunks import chunk_budget, chunk_pieces, chunk_point, output_shape, plan
+from .progress import PointsProgress
 
 
 def run(study, names: tuple[str, ...] | None = None, progress=None
         ) -> tuple[dict[str, np.ndarray], dict[str, tuple[str, ...]]]:
     """Evaluate the whole grid: {output: array over its dependency dims}, and those dims.
 
-    ``progress`` wraps the chunk iterator (``progress(iterator, total)``), or None.
+    ``progress`` is a bar factory (:func:`dse.run.progress.bar`), or None.
     """
     evaluator = Evaluator.of(study, names)
     return run_function(study, evaluator, evaluator.traced, evaluator.lead_dims(),
@@ -37,11 +38,11 @@ def run_function(study, evaluator: Evaluator, fn, lead: dict[str, int],
     models, hardware = evaluator.models, evaluator.hardware
     chunks = plan(study.shape, chunk_budget(study, in_memory=True))
     results: dict[str, np.ndarray] = {}
-    iterator = iter(chunks)
-    if progress is not None:
-        iterator = progress(iterator, total=len(chunks))
+    bar = PointsProgress(progress, study, chunks)
 
-    def place(chunk, out: dict, copier: ThreadPoolExecutor) -> None:
+    def place(index: int, out: dict, copier: ThreadPoolExecutor) -> None:
+        chunk = chunks[index]
+        bar.update(index)
         if len(chunks) == 1 and chunk.stop - chunk.start == chunk.length:
             for name, _, array, _ in chunk_pieces(study, chunk, out, lead, deps):
                 results[name] = array
@@ -59,15 +60,18 @@ def run_function(study, evaluator: Evaluator, fn, lead: dict[str, int],
 
     with evaluator.precision(), ThreadPoolExecutor(os.cpu_count()) as copier:
         previous = None
-        for chunk in iterator:
-            # dispatch is asynchronous: this chunk computes while the previous one is
-            # copied into place
-            out = fn(chunk_point(study, chunk), models, hardware)
+        try:
+            for index, chunk in enumerate(chunks):
+                # dispatch is asynchronous: this chunk computes while the previous one is
+                # copied into place
+                out = fn(chunk_point(study, chunk), models, hardware)
+                if previous is not None:
+                    place(*previous, copier)
+                previous = index, out
             if previous is not None:
                 place(*previous, copier)
-            previous = chunk, out
-        if previous is not None:
-            place(*previous, copier)
+        finally:
+            bar.close()
     return results, deps
 
 

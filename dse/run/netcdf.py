@@ -30,6 +30,7 @@ from ..results.io import netcdf_encoding
 from . import xla
 from .chunks import block_shape, chunk_budget, chunk_pieces, chunk_point, output_shape, owns, plan
 from .devices import local_devices
+from .progress import PointsProgress
 
 AHEAD = 2  # chunks dispatched beyond the one being written
 
@@ -37,20 +38,19 @@ AHEAD = 2  # chunks dispatched beyond the one being written
 class Dispatcher:
     """Chunk evaluations dispatched ahead of their consumer; ``get(i)`` returns chunk
     ``i``'s pieces ``{name: array}`` (the regions it owns) and keeps ``ahead`` more
-    chunks computing. ``progress(points)`` is called as each chunk is handed over."""
+    chunks computing. ``progress`` (a bar factory, or None) counts the chunks' points as
+    they are handed over."""
 
     def __init__(self, study, evaluator: Evaluator, deps, chunks, ahead: int = AHEAD,
                  progress=None):
         self.study, self.evaluator, self.deps, self.chunks = study, evaluator, deps, chunks
-        self.progress = progress
+        self.bar = PointsProgress(progress, study, chunks)
         # big grids: chunks round-robin over the host devices (dse.run.devices)
         self.devices = local_devices(study) or [None]
         self.ahead = max(ahead, len(self.devices))
         self.lead = evaluator.lead_dims()
         self.futures: dict[int, dict] = {}
         self.next = 0
-        inner = [int(np.prod(study.shape[c.axis + 1:])) for c in chunks]
-        self.points = [(c.stop - c.start) * n for c, n in zip(chunks, inner)]
 
     def _dispatch(self, i: int) -> None:
         placed = self.evaluator.on(chunk_point(self.study, self.chunks[i]),
@@ -76,8 +76,7 @@ class Dispatcher:
         out = self.futures.pop(i)
         pieces = {name: array for name, _, array, first in
                   chunk_pieces(self.study, self.chunks[i], out, self.lead, self.deps) if first}
-        if self.progress is not None:
-            self.progress(self.points[i])
+        self.bar.update(i)
         return pieces
 
 
@@ -179,6 +178,7 @@ def write_netcdf(study, path: str | Path, compress: bool = False, progress=None
                     target[_region(source.chunks, index)] = block
         finally:
             store.close()
+            dispatcher.bar.close()
     return _file_backed(ds, Path(path))
 
 

@@ -1,52 +1,32 @@
-"""Progress bars (tqdm) for runs on a terminal: chunks of an in-memory sweep, points of a
-streamed one. ``enabled`` None shows a bar when stderr is a terminal."""
+"""Progress bars (tqdm) for work on a terminal: grid points of a sweep or a sensitivity,
+trials of a search.
+
+Every runner takes ``progress``: a bar factory ``make(total) -> bar`` (a bar has
+``update(n)`` and ``close()``), or None. :func:`bar` gives the factory: ``enabled`` True
+shows a bar, False none, None one when stderr is a terminal. A bar appears only once the
+work has run :data:`DELAY_S` seconds (``$DSE_PROGRESS_DELAY`` overrides it), so quick
+runs print nothing, and it is cleared when the work ends.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
 
-
-def _wanted(enabled: bool | None) -> bool:
-    return enabled is True or (enabled is None and sys.stderr.isatty())
+DELAY_S = 1.0
 
 
-def chunk_bar(enabled: bool | None):
-    """``wrap(iterator, total)`` showing chunks as they are evaluated, or None."""
-    if not _wanted(enabled):
+def bar(enabled: bool | None, unit: str = "pt", desc: str | None = None):
+    """A factory of bars counting ``unit`` (``make(total)``), or None."""
+    if enabled is False or (enabled is None and not sys.stderr.isatty()):
         return None
     from tqdm.auto import tqdm
 
-    def wrap(iterator, total):
-        return tqdm(iterator, total=total, unit="chunk", disable=total <= 1, leave=False)
-
-    return wrap
-
-
-def points_bar(enabled: bool | None):
-    """A factory of point-counting bars ``make(total)`` (streamed sweeps), or None."""
-    if not _wanted(enabled):
-        return None
-    from tqdm.auto import tqdm
-
-    return lambda total: tqdm(total=total, unit="pt", unit_scale=True, leave=False,
-                              smoothing=0.1)
-
-
-def points_callback(enabled: bool | None, total: int):
-    """``advance(points)`` for a points bar, or None; the bar closes at ``total``."""
-    make = points_bar(enabled)
-    if make is None:
-        return None
-    bar = make(total)
-
-    def advance(points: int) -> None:
-        bar.update(points)
-        if bar.n >= total:
-            bar.close()
-
-    return advance
+    delay = float(os.environ.get("DSE_PROGRESS_DELAY", DELAY_S))
+    return lambda total: tqdm(total=total, unit=unit, unit_scale=unit == "pt", leave=False,
+                              smoothing=0.1, delay=delay, desc=desc, dynamic_ncols=True)
 
 
 class PointsProgress:

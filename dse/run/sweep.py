@@ -92,15 +92,16 @@ def sweep(study: Study | str | Path, *, progress: bool | None = None,
 def _sweep(study: Study, how: str, progress, scheduler, workers) -> xr.Dataset:
     if how == "reduce":
         ds = cluster.reduce_grid(study, scheduler=scheduler, workers=workers,
-                                 progress=bars.points_bar(progress))
+                                 progress=bars.bar(progress, desc=study.name))
     elif how == "store":
         with tempfile.TemporaryDirectory(prefix="dse-") as tmp:
             partial = cluster.write_grid(study, Path(tmp) / "grid.zarr", scheduler=scheduler,
-                                         workers=workers, progress=bars.points_bar(progress))
+                                         workers=workers,
+                                         progress=bars.bar(progress, desc=study.name))
             with xr.open_zarr(partial.data) as ds:
                 ds = ds.load()
     else:
-        arrays, deps = memory.run(study, progress=bars.chunk_bar(progress))
+        arrays, deps = memory.run(study, progress=bars.bar(progress, desc=study.name))
         ds = to_dataset(study, arrays, deps)
     return ds
 
@@ -156,16 +157,18 @@ def _sweep_to_file(study: Study, path: Path, how: str, progress, scheduler, work
     start = time.perf_counter()
     if how == "reduce":
         ds = cluster.reduce_grid(study, target=path, resume=resume, scheduler=scheduler,
-                                 workers=workers, progress=bars.points_bar(progress))
+                                 workers=workers,
+                                 progress=bars.bar(progress, desc=study.name))
         ds.attrs["evaluation_s"] = time.perf_counter() - start
         write_dataset(ds, path, compress=study.output.compress)
         Partial(path).remove()
         return ds, path
     if how == "store":
         partial = cluster.write_grid(study, path, resume=resume, scheduler=scheduler,
-                                     workers=workers, progress=bars.points_bar(progress))
+                                     workers=workers,
+                                     progress=bars.bar(progress, desc=study.name))
         return finish_store(partial, path, study.output.compress), path
     ds = netcdf.write_netcdf(study, path, compress=study.output.compress,
-                             progress=bars.points_callback(progress, study.size))
+                             progress=bars.bar(progress, desc=study.name))
     ds.attrs["evaluation_s"] = time.perf_counter() - start
     return ds, path

@@ -38,12 +38,18 @@ KINDS = {
     "zero": "a ZeRO stage: 0, 1, 2 or 3",
     "seconds0": "a number of seconds >= 0 (0: none)",
     "recompute": "one of \"none\", \"selective\", \"full\"",
+    "pp_schedule": "one of \"1f1b\", \"gpipe\", \"zb-h1\", \"dualpipe\"",
     "optimizer": "an optimizer name (adamw, adam, adam_8bit, lion, sgd_momentum, sgd, "
                  "adafactor) or its state bytes per parameter (a number >= 0)",
 }
 
 # Activation recomputation strategies (Korthikanti et al. 2022), encoded as indices.
 RECOMPUTE = ("none", "selective", "full")
+
+# Pipeline schedules, encoded as indices (the codes of dse.formulas.training): 1F1B
+# (Narayanan et al. 2021; interleaved when virtual_stages > 1), GPipe (Huang et al. 2019),
+# ZB-H1 (Qi et al. 2023), DualPipe (DeepSeek-V3, arXiv 2412.19437).
+PP_SCHEDULES = ("1f1b", "gpipe", "zb-h1", "dualpipe")
 
 # Optimizer state bytes per parameter, master weights excluded (those follow
 # master_weight_bits): Adam/AdamW keep two fp32 moments (Kingma & Ba 2015); 8-bit Adam
@@ -132,6 +138,14 @@ class TrainingPoint:
     recompute: Any = knob("none", "recompute", "activation recomputation")
     virtual_stages: Any = knob(1, "int", "model chunks per pipeline device (interleaved "
                                "1F1B when > 1)", "1")
+    first_stage_layers: Any = knob(0, "int0", "transformer layers on the first pipeline "
+                                   "stage (0: even split; Megatron-LM's "
+                                   "--decoder-first-pipeline-num-layers)", "layers")
+    last_stage_layers: Any = knob(0, "int0", "transformer layers on the last pipeline stage "
+                                  "(0: even split; Megatron-LM's "
+                                  "--decoder-last-pipeline-num-layers)", "layers")
+    pp_schedule: Any = knob("1f1b", "pp_schedule", "pipeline schedule (1f1b, gpipe, zb-h1, "
+                            "dualpipe)")
     optimizer: Any = knob("adamw", "optimizer", "optimizer (state bytes per parameter)",
                           "bytes")
     weight_bits: Any = knob(16, "bits", "bits per stored (working) weight", "bit")

@@ -182,8 +182,13 @@ REASONS = {
     "ep_indivisible": "ep does not divide the experts or tp x dp (or the model has no experts)",
     "batch_indivisible": "global_batch is not a multiple of micro_batch x dp (training)",
     "devices_indivisible": "num_devices is not a multiple of tp x pp x cp (training)",
-    "schedule_indivisible": "layers not divisible by pp x virtual_stages, or seq_len by "
-                            "2 cp (training)",
+    "schedule_indivisible": "pipeline layout or schedule not valid: layers not divisible "
+                            "by pp x virtual_stages (with first/last_stage_layers: the "
+                            "rest not by the middle stages, or a stage's layers not by "
+                            "virtual_stages), micro-batches not by pp when interleaved, "
+                            "virtual stages with gpipe, zb-h1 or dualpipe, dualpipe with "
+                            "an odd pp or fewer than 2 pp (or an odd number of) "
+                            "micro-batches, or seq_len not divisible by 2 cp (training)",
 }
 REASON_BITS = {name: 1 << i for i, name in enumerate(REASONS)}
 

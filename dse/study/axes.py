@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import checks
 from ..errors import InputError, suggest
-from ..schema.knobs import KINDS, OPTIMIZERS, RECOMPUTE
+from ..schema.knobs import KINDS, OPTIMIZERS, PP_SCHEDULES, RECOMPUTE
 
 _RANGE_KEYS = ("start", "stop", "step", "num", "log", "factor")
 _MAX_RANGE = 10_000_000
@@ -43,10 +43,11 @@ def check_scalar(value: Any, kind: str, file, key: str) -> Any:
             raise InputError(file, key, f"unknown use case {value!r}" + suggest(value, USECASES),
                              ", ".join(USECASES))
         return value
-    if kind == "recompute":
-        if value not in RECOMPUTE:
+    if kind in ("recompute", "pp_schedule"):
+        choices = RECOMPUTE if kind == "recompute" else PP_SCHEDULES
+        if value not in choices:
             raise InputError(file, key, f"value {value!r} is not valid"
-                             + suggest(str(value), RECOMPUTE), allowed)
+                             + suggest(str(value), choices), allowed)
         return value
     if kind == "optimizer":
         if isinstance(value, str):
@@ -139,7 +140,8 @@ def expand_range(spec: dict, kind: str, file, key: str) -> list:
 def parse_axis(raw: Any, kind: str, file, key: str) -> tuple[bool, list]:
     """(is_axis, values): a list or range is an axis; a scalar is a fixed value."""
     if isinstance(raw, dict):
-        if kind in ("model", "hardware", "flag", "usecase", "recompute", "optimizer"):
+        if kind in ("model", "hardware", "flag", "usecase", "recompute", "pp_schedule",
+                    "optimizer"):
             raise InputError(file, key, "ranges apply to numeric keys only", KINDS[kind])
         values = expand_range(raw, kind, file, key)
         return True, [check_scalar(v, kind, file, key) for v in values]

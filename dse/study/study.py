@@ -101,6 +101,11 @@ class Study:
                 out.add("lora")
             if any(v > 0 for v in self.values("draft_len")):
                 out.add("speculative")
+        if self.mode == "training" and (  # uneven pipeline stages or a schedule not 1F1B
+                any(v != "1f1b" for v in self.values("pp_schedule"))
+                or any(v > 0 for k in ("first_stage_layers", "last_stage_layers")
+                       for v in self.values(k))):
+            out.add("pp_layout")
         if self.output.breakdown:
             out.add("breakdown")
         if self.pipeline is not None:

@@ -20,7 +20,8 @@ from ..catalogue.hardware import stack as stack_hardware
 from ..catalogue.lookup import load_hardware
 from ..catalogue.model import stack as stack_models
 from ..core.evaluator import Evaluator
-from ..schema.knobs import OPTIMIZERS, RECOMPUTE, InferencePoint, TrainingPoint
+from ..schema.knobs import (OPTIMIZERS, PP_SCHEDULES, RECOMPUTE, InferencePoint,
+                            TrainingPoint)
 from .rows import Case
 
 # TensorRT-LLM's default max_batch_size (perf-overview: "batch up to 8192").
@@ -57,6 +58,8 @@ def _leaf(name: str, values: list, default) -> np.ndarray:
     for v in (default if v is None else v for v in values):
         if name == "recompute" and isinstance(v, str):
             v = RECOMPUTE.index(v)
+        elif name == "pp_schedule" and isinstance(v, str):
+            v = PP_SCHEDULES.index(v)
         elif name == "optimizer" and isinstance(v, str):
             v = OPTIMIZERS[v]
         elif v is None:

@@ -66,7 +66,7 @@ def test_killed_worker_mid_sweep_leaves_a_complete_identical_result(full, cluste
                 os.kill(pids[0], signal.SIGKILL)
                 killed.set()
 
-    monkeypatch.setattr(sweep_mod, "points_bar", lambda enabled: KillAfterFirst(0))
+    monkeypatch.setattr(sweep_mod, "bar", lambda enabled, **kw: KillAfterFirst(0))
     ds, path = sweep_to_file(study(chunk=53), tmp_path / "grid.zarr",
                              scheduler=cluster.scheduler_address)
     assert killed.is_set()

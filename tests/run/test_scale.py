@@ -130,7 +130,7 @@ def test_netcdf_written_chunk_by_chunk_equals_in_memory(full, tmp_path, monkeypa
 
 def test_interrupted_netcdf_write_leaves_nothing(tmp_path, monkeypatch):
     sweep_mod = sys.modules["dse.run.progress"]
-    monkeypatch.setattr(sweep_mod, "points_bar", lambda enabled: Interrupt(3))
+    monkeypatch.setattr(sweep_mod, "bar", lambda enabled, **kw: Interrupt(3))
     with pytest.raises(KeyboardInterrupt):
         sweep_to_file(study(chunk=97), tmp_path / "grid.nc")
     assert list(tmp_path.iterdir()) == []
@@ -161,14 +161,14 @@ def test_interrupted_sweep_resumes_to_the_same_result(full, tmp_path, monkeypatc
 
     s = study(chunk=200, by=by)
     out = tmp_path / target
-    monkeypatch.setattr(sweep_mod, "points_bar", lambda enabled: Interrupt(5))
+    monkeypatch.setattr(sweep_mod, "bar", lambda enabled, **kw: Interrupt(5))
     with pytest.raises(KeyboardInterrupt):
         sweep_to_file(s, out, resume=True)
     partial = tmp_path / f".{target}.partial"
     assert not out.exists(), "no partial file looks complete"
     assert len(list((partial / "done").iterdir())) >= 4
     seen = []
-    monkeypatch.setattr(sweep_mod, "points_bar", lambda enabled: None)
+    monkeypatch.setattr(sweep_mod, "bar", lambda enabled, **kw: None)
     from dse.run import cluster
 
     original = cluster.Runner.run
@@ -190,10 +190,10 @@ def test_interrupted_sweep_resumes_to_the_same_result(full, tmp_path, monkeypatc
 def test_resume_refuses_a_different_study(tmp_path, monkeypatch):
     sweep_mod = sys.modules["dse.run.progress"]
 
-    monkeypatch.setattr(sweep_mod, "points_bar", lambda enabled: Interrupt(2))
+    monkeypatch.setattr(sweep_mod, "bar", lambda enabled, **kw: Interrupt(2))
     with pytest.raises(KeyboardInterrupt):
         sweep_to_file(study(chunk=200), tmp_path / "g.zarr")
-    monkeypatch.setattr(sweep_mod, "points_bar", lambda enabled: None)
+    monkeypatch.setattr(sweep_mod, "bar", lambda enabled, **kw: None)
     other = study(chunk=200).with_axes(tp=[1, 2])
     with pytest.raises(InputError, match="different study"):
         sweep_to_file(other, tmp_path / "g.zarr", resume=True)
