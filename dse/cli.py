@@ -279,8 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Exit codes: 0 found a feasible best; 2 bad input; "
                          "3 no trial satisfied every constraint.")
     p.add_argument("study", help="study .toml file with a [search] section")
-    p.add_argument("-o", "--output", help="trials Dataset (.nc); CSV, best TOML and figure "
-                   "go beside it (default: results/<name>-search.nc)")
+    p.add_argument("-o", "--output", help="trials Dataset (.nc), as given; CSV, best TOML and "
+                   "figure go beside it (default: NAME-search.nc beside [output] path, or "
+                   "results/NAME-search.nc)")
     p.add_argument("-n", "--n-trials", type=int, help="trials to add (default: [search] n_trials)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -291,8 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = verbs.add_parser("sensitivity", help="elasticities of the metrics to each hardware "
                          "parameter, what-ifs, inverse questions, report ([sensitivity])")
     p.add_argument("study", help="study .toml file (a [sensitivity] section is optional)")
-    p.add_argument("-o", "--output", help="Dataset path (.nc or .zarr); the report (.md, .html, "
-                   "PNG) goes beside it (default: results/<name>-sensitivity.nc)")
+    p.add_argument("-o", "--output", help="Dataset path (.nc or .zarr), as given; the report "
+                   "(.md, .html, PNG) goes beside it (default: NAME-sensitivity.nc beside "
+                   "[output] path, which names the sweep's file, or results/NAME-sensitivity.nc)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="a progress bar once the work runs over a second (default: when "

@@ -51,7 +51,11 @@ def test_sweep_prints_a_summary(contract_file, capsys):
     assert main(["sweep", str(STUDIES / "llama-serving.toml"), "-o", str(out)]) == 0
     text = capsys.readouterr().out
     assert "1,728 points" in text and "points/s" in text
-    assert "oom" in text and "best fitting configurations" in text
+    assert "oom" in text and "best feasible configurations by throughput_per_device_tok_s" in text
+    # deployments compared per device, with what a user sees and what they use
+    header = next(line for line in text.splitlines() if "tok/s/device" in line).split()
+    assert {"tok/s", "tok/s/user", "ttft_s", "tpot_s", "memory/device", "devices"} <= set(header)
+    assert "numbers: " in text  # calibrated, or a plain roofline called an upper bound
     xr.testing.assert_identical(xr.open_dataset(out).drop_attrs(),
                                 xr.open_dataset(contract_file).drop_attrs())
 

@@ -3,8 +3,10 @@
 A name is looked up in, in order: the directories listed in ``$DSE_CATALOGUE``
 (``os.pathsep``-separated; each may hold ``hardware/`` and ``models/``), the
 repository checkout this package runs from, and the copy bundled in a wheel.
-A value that names a file (``.toml``, or a Hugging Face ``config.json``) is loaded
-from that path, relative to the study file that mentions it.
+A value that names a file (``.toml``, or a Hugging Face ``config.json``) is loaded from
+that path: a relative path is relative to the working directory, as every path in a study
+is (its output path too), and is looked up beside the study file when it is not there
+(:func:`input_path`).
 """
 
 from __future__ import annotations
@@ -87,10 +89,22 @@ def _is_path(value: str) -> bool:
     return value.endswith((".toml", ".json")) or os.sep in value or "/" in value
 
 
-def _resolve_path(value: str, base_dir: Path | None) -> Path:
+def input_path(value: str, base_dir: Path | None, also=()) -> Path:
+    """Where an input file a study names is: the path as given (relative to the working
+    directory), else beside the study file (``base_dir``), else under the folders
+    ``also`` (the catalogue roots, for a calibration); the first that exists, or the
+    path as given."""
     path = Path(value).expanduser()
-    if not path.is_absolute() and base_dir is not None:
-        path = base_dir / path
+    if path.is_absolute():
+        return path
+    for folder in ([Path.cwd()] + ([base_dir] if base_dir is not None else []) + list(also)):
+        if (folder / path).exists():
+            return folder / path
+    return path
+
+
+def _resolve_path(value: str, base_dir: Path | None) -> Path:
+    path = input_path(value, base_dir)
     if path.is_dir():
         path = path / "config.json"
     return path.resolve()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ..schema.outputs import PRIMARY_METRIC, REASON_BITS
+from ..schema.outputs import REASON_BITS
 from ..units import human_bytes, human_count, human_seconds
 from .select import axes, best_points, score, top
 
@@ -23,14 +23,22 @@ def reason_counts(ds: xr.Dataset) -> dict[str, int]:
             for name, bit in REASON_BITS.items()}
 
 
-SHOWN = ("throughput_tok_s", "ttft_s", "tpot_s", "step_s", "mfu",
-         "memory_bytes")
+# what a summary ranks by, and shows of each point: deployments are compared per device
+RANKED_BY = {"inference": "throughput_per_device_tok_s",
+             "training": "throughput_per_device_tok_s", "pipeline": "throughput_tok_s"}
+SHOWN = ("throughput_per_device_tok_s", "throughput_tok_s", "tokens_per_s_per_user", "ttft_s",
+         "tpot_s", "step_s", "mfu", "memory_bytes", "n_devices")
+PERCENT = ("mfu", "hfu")
+HEADERS = {"throughput_per_device_tok_s": "tok/s/device", "throughput_tok_s": "tok/s",
+           "tokens_per_s_per_user": "tok/s/user", "memory_bytes": "memory/device",
+           "n_devices": "devices"}
 
 
 def best(ds: xr.Dataset, metric: str | None = None, k: int = 5, direction: str | None = None,
          constraints=()) -> list[dict]:
-    """The ``k`` best feasible points by ``metric`` (default: the mode's primary
-    throughput; :mod:`dse.results.select`): their axis values and key outputs."""
+    """The ``k`` best feasible points by ``metric`` (default: throughput per device,
+    :data:`RANKED_BY`; :mod:`dse.results.select`): their axis values and key outputs."""
+    metric = metric or RANKED_BY.get(str(ds.attrs.get("mode", "inference")))
     rows = []
     for index in best_points(ds, metric, direction, tuple(constraints), k):
         point = ds.isel(index)
@@ -46,12 +54,16 @@ def format_value(key: str, value) -> str:
     """A value in human units, chosen by the unit suffix of its name."""
     if key.endswith("_bytes"):
         return human_bytes(value)
+    if key in PERCENT:
+        return f"{100 * value:.1f}%"
+    if key == "tokens_per_s_per_user":
+        return f"{value:,.1f}"
     if key.endswith("_tok_s"):
         return f"{value:,.0f}"
     if key.endswith("_s"):
         return human_seconds(value)
     if isinstance(value, float):
-        return f"{value:g}"
+        return f"{value:.0f}" if value.is_integer() else f"{value:g}"
     return str(value)
 
 
@@ -61,17 +73,28 @@ def table(rows: list[dict]) -> str:
         return "  (none)"
     keys = list(rows[0])
     cells = [[format_value(k, r[k]) for k in keys] for r in rows]
-    header = [k.replace("throughput_tok_s", "tok/s") for k in keys]
+    header = [HEADERS.get(k, k) for k in keys]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
     lines = ["  " + "  ".join(h.rjust(w) for h, w in zip(header, widths))]
     lines += ["  " + "  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
     return "\n".join(lines)
 
 
+def calibration_line(ds: xr.Dataset) -> str:
+    """Which numbers these are: calibrated (the file and framework) or a plain roofline,
+    which is an upper bound."""
+    calibration = str(ds.attrs.get("calibration", ""))
+    if not calibration or calibration.startswith("none"):
+        return ("numbers: plain roofline, an upper bound (every efficiency 1.0; "
+                "calibration = \"none\")")
+    framework = ds.attrs.get("calibration_framework", "")
+    return f"numbers: calibrated ({calibration}, framework {framework})"
+
+
 def sweep_summary(ds: xr.Dataset, seconds: float) -> str:
     n = points(ds)
     lines = [f"{ds.attrs.get('study_name', 'study')}: {n:,} points in {seconds:.3g} s "
-             f"({human_count(n / max(seconds, 1e-9))} points/s)"]
+             f"({human_count(n / max(seconds, 1e-9))} points/s)", calibration_line(ds)]
     if "reason" in ds:
         counts = reason_counts(ds)
         repeat = int(np.prod([ds.sizes[d] for d in axes(ds) if d not in ds["reason"].dims]))
@@ -82,8 +105,8 @@ def sweep_summary(ds: xr.Dataset, seconds: float) -> str:
                 lines.append(f"  {name:<20} {count:,}")
     rows = best(ds)
     if rows:
-        metric = PRIMARY_METRIC.get(ds.attrs.get("mode", "inference"), "throughput_tok_s")
-        lines.append(f"best fitting configurations by {metric}:")
+        metric = RANKED_BY.get(str(ds.attrs.get("mode", "inference")))
+        lines.append(f"best feasible configurations by {metric}:")
         lines.append(table(rows))
     elif "valid" in ds:
         lines.append("no feasible configuration")

@@ -67,6 +67,8 @@ INFERENCE = Registry({
     "e2e_s": less("s", "end-to-end request latency"),
     "throughput_tok_s": more("tokens/s", "output tokens per second of the deployment"),
     "throughput_per_device_tok_s": more("tokens/s", "output tokens per second per device"),
+    "tokens_per_s_per_user": more("tokens/s", "output tokens per second each request sees "
+                                  "(1 / TPOT)"),
     "target_steps_per_token": less("1", "target-model passes per output token",
                                      feature="speculative"),
     "cost_per_mtok": less("USD", "cost per million output tokens"),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..results.io import write_dataset
 from ..schema.knobs import fields
-from ..results.summary import table
+from ..results.summary import SHOWN, table
 from .plots import history_figure
 from .results import SearchResult
 
@@ -44,6 +44,16 @@ def best_toml(result: SearchResult, entry: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def csv_table(trials):
+    """One row per trial: its number, axes, objectives, each constraint's value (a column
+    per constraint, ``<= 0``: satisfied) and feasibility."""
+    table = trials.drop_vars("constraint").drop_dims("constraint_name").to_dataframe()
+    for i, name in enumerate(trials["constraint_name"].values):
+        table[f"constraint: {name}"] = trials["constraint"].values[:, i]
+    table["feasible"] = table.pop("feasible")
+    return table
+
+
 def write_files(result: SearchResult, out: Path) -> dict[str, Path]:
     out = Path(out)
     trials = result.trials
@@ -52,7 +62,7 @@ def write_files(result: SearchResult, out: Path) -> dict[str, Path]:
     paths = {"trials": write_dataset(trials, out)}
     csv = out.with_suffix(".csv")
     tmp = csv.with_name(f".{csv.name}.tmp-{os.getpid()}")
-    result.trials.drop_vars("constraint").to_dataframe().to_csv(tmp)
+    csv_table(result.trials).to_csv(tmp, index=False)
     os.replace(tmp, csv)
     paths["csv"] = csv
     if result.best:
@@ -72,7 +82,13 @@ def summary(result: SearchResult) -> str:
     if result.best:
         label = "Pareto front" if cfg.multi else "best feasible configuration"
         lines.append(f"{label}:")
-        rows = [dict(b["axes"], **{k: v for k, v in b["objectives"].items()}) for b in result.best]
+        rows = []
+        for b in result.best:
+            row = dict(b["axes"], **b["objectives"])
+            for name in SHOWN:  # the point's latency, memory and devices beside the objective
+                if name in b["outputs"] and name not in row and b["outputs"][name] is not None:
+                    row[name] = b["outputs"][name]
+            rows.append(row)
         lines.append(table(rows[:20]))
     ex = result.exhaustive
     if ex:

@@ -76,10 +76,14 @@ def trials_dataset(opt: optuna.Study, cfg: SearchConfig, study: Study) -> xr.Dat
     data = {"number": ("trial", [t.number for t in trials])}
     for key in keys:
         values = [_params(t).get(key) for t in trials]
-        data[key] = ("trial", np.asarray(values, dtype=object if any(
-            isinstance(v, str) for v in values) else float))
-        if data[key][1].dtype == object:
-            data[key] = ("trial", data[key][1].astype(str))
+        if any(isinstance(v, str) for v in values):
+            column = np.asarray(values, dtype=object).astype(str)
+        elif values and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                            for v in values):
+            column = np.asarray(values, dtype=np.int64)  # tp = 8, not 8.0
+        else:
+            column = np.asarray(values, dtype=float)
+        data[key] = ("trial", column)
     for i, name in enumerate(cfg.objectives):
         data[name] = ("trial", [t.values[i] for t in trials])
     names = C.names(cfg.constraints)

@@ -17,7 +17,7 @@ from typing import Any
 from .. import checks
 from ..catalogue import calibration as calibration_files
 from ..catalogue.hardware import HardwareCard
-from ..catalogue.lookup import load_hardware, load_model, roots
+from ..catalogue.lookup import input_path, load_hardware, load_model, roots
 from ..catalogue.model import ModelCard
 from ..errors import InputError
 from ..schema import knobs
@@ -277,11 +277,7 @@ def _parse_calibration(head: dict, file: str, base_dir: Path | None, mode: str):
                          "inference or training studies")
     if not isinstance(path, str) or not path:
         raise checks.invalid(file, "study.calibration", path, "a path to a calibration .toml")
-    resolved = Path(path)
-    if not resolved.is_absolute():
-        resolved = (base_dir or Path.cwd()) / resolved
-        if not resolved.is_file():
-            resolved = next((r / path for r in roots() if (r / path).is_file()), resolved)
+    resolved = input_path(path, base_dir, roots())
     cal = calibration_files.load(resolved, referrer=file, key="study.calibration")
     if framework is None:
         if len(cal.frameworks) != 1:

@@ -69,9 +69,10 @@ def test_schedule_codes_and_the_static_feature():
 def test_unknown_schedule_is_bad_input():
     with pytest.raises(InputError, match="pp_schedule"):
         study(model="llama-2-7b", hardware="h100-sxm", pp_schedule="1f1f")
-    with pytest.raises(InputError, match="pp_schedule"):
-        study(model="llama-2-7b", hardware="h100-sxm", pp_schedule={"start": 0, "stop": 1,
-                                                                    "step": 1})
+    text = study_text(model="llama-2-7b", hardware="h100-sxm")
+    with pytest.raises(InputError, match="pp_schedule"):  # a categorical key takes no range
+        parse_study(text.replace('name = "t"', 'name = "t"\nmode = "training"')
+                    + "pp_schedule = { start = 0, stop = 1, step = 1 }\n", "<test>")
 
 
 # --- the bubble formulas, on numbers ------------------------------------------------------
@@ -135,31 +136,43 @@ def test_schedule_bubbles_from_the_forward_backward_weight_split(recompute, flas
 
         layer, _ = layer_train_parts(spec, s, prec, lay, job, bits, schedule("1f1b"), rates,
                                      frozenset())
-        _, head = end_train_parts(spec, s, prec, lay, job, rates)
+        embedding, head = end_train_parts(spec, s, prec, lay, job, rates)
         full, selective = recompute == 2.0, recompute == 1.0
         k_attention = 3.0 + 0.5 * flash + full + selective
         k_other = 3.0 + full
-        assert float(layer["tp_comm"].time_s) == float(layer["cp_comm"].time_s) == 0.0  # tp = cp = 1
-        t = n * sum(float(v.time_s) for v in layer.values()) + sum(float(v.time_s)
-                                                                   for v in head.values())
-        weights = {k: float(v.time_s) for k, v in layer.items() if k not in ("attention",)}
-        forward = (n * (sum(v / k_other for v in weights.values())
-                        + float(layer["attention"].time_s) / k_attention)
-                   + float(head["norms"].time_s) / 3 + float(head["lm_head"].time_s) / 3
-                   + float(head["loss"].time_s))  # the loss is counted once, in F
-        w = (n * sum(v / k_other for v in weights.values())
-             + float(head["norms"].time_s) / 3 + float(head["lm_head"].time_s) / 3)
+        # tp = cp = 1: no communication inside a layer
+        assert float(layer["tp_comm"].time_s) == float(layer["cp_comm"].time_s) == 0.0
+        time = {k: float(v.time_s) for k, v in layer.items()}
+        f_layer = sum(v / k_other for k, v in time.items() if k != "attention") + (
+            time["attention"] / k_attention)
+        w_layer = sum(v / k_other for k, v in time.items() if k != "attention")
+        # the last stage, the slowest: 8 layers, the final norm and LM head (x3 each), the
+        # loss (once, in F)
+        t = n * sum(time.values()) + sum(float(v.time_s) for v in head.values())
+        norms, lm_head = float(head["norms"].time_s), float(head["lm_head"].time_s)
+        forward = n * f_layer + norms / 3 + lm_head / 3 + float(head["loss"].time_s)
+        w = n * w_layer + norms / 3 + lm_head / 3
         b = t - forward - w
+        # DualPipe: a device runs the first stage (8 layers, the embedding lookup x3) and
+        # the last on half the micro-batches each: the mean of the two
+        lookup = float(embedding["embedding"].time_s)
+        t_pair = (t + n * sum(time.values()) + lookup) / 2
+        f_pair = (forward + n * f_layer + lookup / 3) / 2
+        w_pair = (w + n * w_layer + lookup / 3) / 2
+        b_pair = t_pair - f_pair - w_pair
         expected = {"1f1b": (p - 1) * t, "gpipe": (p - 1) * t,
                     "zb-h1": (p - 1) * (forward + b - w),
-                    "dualpipe": (p / 2 - 1) * ((forward + (b + w)) + (b + w) - 3 * w)}
+                    "dualpipe": (p / 2 - 1) * ((f_pair + (b_pair + w_pair)) + (b_pair + w_pair)
+                                               - 3 * w_pair)}
         for name, bubble in expected.items():
             out = T.training(spec, rates, 8e10, 989e12, 0.0, job, lay, bits, schedule(name),
                              frozenset({T.PP_LAYOUT}))
             assert float(out["bubble_s"]) == pytest.approx(bubble, rel=1e-9), name
             assert float(out["step_s"]) == pytest.approx(
                 float(out["compute_s"]) + bubble + float(np.sum(out["comm_s"])), rel=1e-12)
-            assert float(out["bubble_fraction"]) == pytest.approx(bubble / (m * t), rel=1e-9)
+            t_device = t_pair if name == "dualpipe" else t
+            assert float(out["bubble_fraction"]) == pytest.approx(bubble / (m * t_device),
+                                                                  rel=1e-9)
         assert expected["zb-h1"] < expected["1f1b"] and expected["dualpipe"] < expected["zb-h1"]
 
 
@@ -204,7 +217,7 @@ def test_activation_memory_by_schedule():
     for o in out.values():
         assert o["memory_bytes"] == pytest.approx(o["weight_bytes"] + o["grad_bytes"]
                                                   + o["optimizer_bytes"] + o["activation_bytes"])
-        assert o["valid"]  # m = 16 >= 2p: DualPipe applies
+        assert not int(o["reason"]) & SCHEDULE  # m = 16 >= 2p: DualPipe applies
 
 
 # --- uneven stages ------------------------------------------------------------------------
@@ -267,10 +280,10 @@ def test_uneven_stages_time_the_slowest_stage():
     uneven = train(pp=4, first_stage_layers=4, last_stage_layers=12, **base)
     assert uneven["bubble_s"] / 3 == pytest.approx(t8 + 4 * t_layer, rel=1e-9)
     assert uneven["compute_s"] == pytest.approx(8 * (t8 + 4 * t_layer), rel=1e-9)
-    # the last stage lighter (7 + head) than the middle ones (8 + 8 + 8 + 9 = 32 needs
-    # the first at 9): the first stage (9 layers + embedding) is the slowest, under 9 + head
+    # first 9, last 7 (+ head, ~0.65 of a layer), middle 8: the first stage (9 layers +
+    # the embedding lookup) is the slowest, faster than 9 layers + the head
     lighter = train(pp=4, first_stage_layers=9, last_stage_layers=7, **base)
-    assert 8 * t_layer < lighter["bubble_s"] / 3 < t8 + t_layer
+    assert 9 * t_layer < lighter["bubble_s"] / 3 < t8 + t_layer
 
 
 def test_llama_405b_interleaves_over_16_stages_with_uneven_ends():
@@ -303,22 +316,24 @@ def test_llama_405b_interleaves_over_16_stages_with_uneven_ends():
 
 
 @pytest.mark.parametrize("axes,valid", [
-    # uneven stages, Megatron-LM's checks (Llama-2-7B: 32 layers)
-    (dict(pp=4, first_stage_layers=4, last_stage_layers=12), True),
-    (dict(pp=4, first_stage_layers=6), True),  # the other 3 stages: 26/3 layers? no: 26
-    (dict(pp=4, first_stage_layers=5), True),  # 27 layers over 3 stages: 9 each
-    (dict(pp=4, first_stage_layers=4, last_stage_layers=10), False),  # 18 over 2: ok? 9
+    # uneven stages, Megatron-LM's checks (Llama-2-7B: 32 layers; m = 8 micro-batches)
+    (dict(pp=4, first_stage_layers=4, last_stage_layers=12), True),  # 16 over 2 middle
+    (dict(pp=4, first_stage_layers=5), True),  # 27 over the other 3 stages: 9 each
+    (dict(pp=4, first_stage_layers=6), False),  # 26 over 3 stages
+    (dict(pp=4, first_stage_layers=4, last_stage_layers=11), False),  # 17 over 2
     (dict(pp=1, first_stage_layers=4), False),  # no pipeline to split
-    (dict(pp=2, first_stage_layers=10, last_stage_layers=10), False),  # 12 layers lost
+    (dict(pp=2, first_stage_layers=10, last_stage_layers=10), False),  # 12 layers left over
     (dict(pp=2, first_stage_layers=10, last_stage_layers=22), True),
     (dict(pp=4, first_stage_layers=20, last_stage_layers=20), False),  # more than L
     (dict(pp=4, virtual_stages=2, first_stage_layers=4, last_stage_layers=12), True),
-    (dict(pp=4, virtual_stages=2, first_stage_layers=5, last_stage_layers=11), False),
-    (dict(pp=4, virtual_stages=4, first_stage_layers=4, last_stage_layers=12), False),  # 8/4 ok, 12/4 ok... 
+    (dict(pp=4, virtual_stages=2, first_stage_layers=5, last_stage_layers=11), False),  # 5/2
+    (dict(pp=4, virtual_stages=4, first_stage_layers=4, last_stage_layers=12), True),
+    (dict(pp=4, virtual_stages=4, first_stage_layers=6, last_stage_layers=10), False),  # 6/4
+    (dict(pp=4, virtual_stages=2, first_stage_layers=4, last_stage_layers=6), False),  # 11/2
     # schedules
     (dict(pp=4, pp_schedule="gpipe"), True),
     (dict(pp=4, pp_schedule="zb-h1"), True),
-    (dict(pp=4, pp_schedule="dualpipe"), True),
+    (dict(pp=4, pp_schedule="dualpipe"), True),  # m = 8 = 2p
     (dict(pp=4, virtual_stages=2, pp_schedule="gpipe"), False),
     (dict(pp=4, virtual_stages=2, pp_schedule="zb-h1"), False),
     (dict(pp=4, virtual_stages=2, pp_schedule="dualpipe"), False),
@@ -327,11 +342,12 @@ def test_llama_405b_interleaves_over_16_stages_with_uneven_ends():
     (dict(pp=2, pp_schedule="dualpipe", global_batch=5), False),  # odd m
     (dict(pp=1, pp_schedule="dualpipe"), False),  # odd pp
     (dict(pp=1, pp_schedule="gpipe"), True),
+    (dict(pp=2, pp_schedule="zb-h1", first_stage_layers=12), True),
 ])
 def test_which_layouts_and_schedules_are_valid(axes, valid):
+    """The schedule_indivisible flag (other flags, e.g. oom, aside)."""
     axes.setdefault("global_batch", 8)
     out = train(model="llama-2-7b", hardware="h100-sxm", **axes)
-    assert bool(out["valid"]) is valid
     assert bool(int(out["reason"]) & SCHEDULE) is (not valid)
 
 
@@ -351,5 +367,8 @@ def test_the_general_program_at_the_defaults_is_the_plain_one():
     at = general.sel(pp_schedule="1f1b", first_stage_layers=0)
     assert set(plain.data_vars) == set(at.data_vars)
     for name in plain.data_vars:
-        want = plain[name].broadcast_like(at[name]).transpose(*at[name].dims)
-        np.testing.assert_array_equal(at[name].values, want.values, err_msg=name)
+        want = plain[name].broadcast_like(at[name]).transpose(*at[name].dims).values
+        if want.dtype.kind == "f":  # another XLA program: the same sums, fused otherwise
+            np.testing.assert_allclose(at[name].values, want, rtol=1e-13, err_msg=name)
+        else:
+            np.testing.assert_array_equal(at[name].values, want, err_msg=name)
