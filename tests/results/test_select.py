@@ -135,3 +135,10 @@ def test_hypervolume_counts_the_dominated_cells(seed, dims):
     points = rng.integers(0, 8, (12, dims)).astype(float)
     reference = np.full(dims, 8.0)
     assert hypervolume(points, reference) == dominated_cells(points, reference)
+
+
+def test_utilization_prints_as_a_percentage():
+    from dse.results.summary import format_value
+
+    assert format_value("mfu", 0.44761) == "44.8%" and format_value("hfu", 0.5) == "50.0%"
+    assert format_value("n_devices", 16.0) == "16"

@@ -179,3 +179,22 @@ def test_a_float64_study_is_searched_in_float64(tmp_path):
     assert narrow["throughput_tok_s"].dtype == "float32"
     assert value != float(narrow["throughput_tok_s"])
     assert value == pytest.approx(float(narrow["throughput_tok_s"]), rel=1e-6)
+
+
+def test_the_csv_has_one_row_per_trial_and_the_summary_the_best_points_latency(tmp_path,
+                                                                                 capsys):
+    """The trials CSV repeated each trial once per constraint and wrote tp = 2 as 2.0; the
+    summary showed the best point's axes and objective only."""
+    import csv
+
+    path = small(tmp_path, n=16)
+    assert main(["search", str(path), "-o", str(tmp_path / "r.nc")]) == 0
+    text = capsys.readouterr().out
+    rows = list(csv.DictReader(open(tmp_path / "r.csv")))
+    assert len(rows) == 16 and len({r["number"] for r in rows}) == 16
+    assert {r["tp"] for r in rows} <= {"1", "2"} and {r["batch"] for r in rows} <= {
+        str(b) for b in range(1, 65)}
+    assert {"constraint: fits", "constraint: tpot_s <= 0.02", "constraint: valid",
+            "feasible"} <= set(rows[0])
+    header = next(line for line in text.splitlines() if "tok/s" in line).split()
+    assert {"ttft_s", "tpot_s", "memory/device", "devices"} <= set(header)

@@ -5,6 +5,8 @@ import pytest
 from dse.study.axes import parse_axis
 from dse.errors import InputError
 
+from ..conftest import ROOT
+
 
 @pytest.mark.parametrize("spec, kind, expected", [
     ({"start": 1, "stop": 5, "step": 1}, "int", [1, 2, 3, 4, 5]),
@@ -35,3 +37,27 @@ def test_scalar_is_fixed_and_list_is_axis():
 def test_malformed_ranges_name_the_key(spec):
     with pytest.raises(InputError, match=r"f\.toml: axes\.k"):
         parse_axis(spec, "int", "f.toml", "axes.k")
+
+
+def test_relative_input_paths_resolve_like_output_paths(tmp_path, monkeypatch):
+    """A model file named relative to the working directory is found there, as the output
+    path is (it used to be looked up beside the study file only); beside the study file
+    still works."""
+    from dse.catalogue.lookup import load_model
+    from dse.study import load_study
+
+    card = (ROOT / "models" / "llama-2-7b.toml").read_text()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "custom.toml").write_text(card.replace('name = "llama-2-7b"',
+                                                                'name = "custom"'))
+    (tmp_path / "studies").mkdir()
+    study = tmp_path / "studies" / "s.toml"
+    study.write_text('[study]\nname = "s"\n[axes]\nmodel = "mine/custom.toml"\n'
+                     'hardware = "h100-sxm"\n')
+    monkeypatch.chdir(tmp_path)
+    assert load_study(study).models[0].name == "custom"
+    (tmp_path / "studies" / "beside.toml").write_text(card.replace('name = "llama-2-7b"',
+                                                                   'name = "beside"'))
+    study.write_text(study.read_text().replace("mine/custom.toml", "beside.toml"))
+    assert load_study(study).models[0].name == "beside"
+    assert load_model("mine/custom.toml").name == "custom"
