@@ -204,7 +204,8 @@ def _cmd_validate(args) -> int:
     from .validate.validation import dumps_json, validate
 
     out = check_writable(args.output, "-o", None, directory=True)
-    result = validate(args.data, calibration=args.calibration, holdout=args.holdout)
+    result = validate(args.data, calibration=args.calibration, holdout=args.holdout,
+                      framework=args.framework)
     figure = result.plot(out / "validate.png")
     (out / "validate.json").write_text(dumps_json(result))
     if args.json:
@@ -222,7 +223,7 @@ def _cmd_calibrate(args) -> int:
     out = check_writable(args.output, "-o", None, (".toml",))
     if args.steps < 1:
         raise InputError("--steps", str(args.steps), "must be at least 1", "an integer >= 1")
-    cal, history = calibrate(args.data, steps=args.steps)
+    cal, history = calibrate(args.data, steps=args.steps, framework=args.framework)
     save(cal, out)
     print(f"fitted {len(cal.frameworks)} frameworks x {len(cal.families)} families on "
           f"{cal.info['rows_fitted']} rows: loss {history[0]:.4g} -> {history[-1]:.4g} "
@@ -312,6 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default="results/validate",
                    help="directory for validate.png and validate.json (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    p.add_argument("--framework", help="every row as measured with this one framework (as "
+                   "calibrations/generic.toml was fitted)")
     p.set_defaults(run=_cmd_validate)
 
     p = verbs.add_parser("calibrate", help="fit a calibration to measured runs by gradient "
@@ -319,6 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("data", help="CSV in the schema of measured_public.csv")
     p.add_argument("-o", "--output", required=True, help="calibration file to write (.toml)")
     p.add_argument("--steps", type=int, default=600, help="Adam steps (default: %(default)s)")
+    p.add_argument("--framework", help="fit every row as one framework of this name (generic: "
+                   "the calibration studies get by default)")
     p.set_defaults(run=_cmd_calibrate)
 
     p = verbs.add_parser("report", help="HTML report with figures of a sweep, search or "

@@ -13,16 +13,19 @@ import numpy as np
 
 from ..catalogue import calibration as C
 from . import fit as F
-from .rows import read
+from .rows import pooled, read
 from .validation import build_problem
 
 
-def calibrate(data, steps: int = F.STEPS) -> tuple[C.Calibration, np.ndarray]:
-    """Fit a calibration on every expressible, unflagged row of ``data``.
+def calibrate(data, steps: int = F.STEPS, framework: str | None = None
+              ) -> tuple[C.Calibration, np.ndarray]:
+    """Fit a calibration on every expressible, unflagged row of ``data``; ``framework``
+    pools every row under that one name (``generic``: the shipped default calibration).
 
     Returns (calibration with covariance, loss per Adam step).
     """
     cases, skips = read(data)
+    cases = pooled(cases, framework)
     prob = build_problem(cases, None)
     return F.fit(prob, steps=steps, info=dict(
         data=str(Path(data).name), rows=len(cases), skipped=len(skips),

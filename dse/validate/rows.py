@@ -260,6 +260,14 @@ def case(row: dict) -> Case | Skip:
         return Skip(rid, kind, str(e).removeprefix("dse: error: "))
 
 
+def pooled(cases: list[Case], framework: str | None) -> list[Case]:
+    """``cases`` as measured with one framework ``framework`` (None: as they are), for a
+    calibration of no framework in particular (``generic``)."""
+    if framework is None:
+        return cases
+    return [dataclasses.replace(c, framework=framework) for c in cases]
+
+
 def read(path) -> tuple[list[Case], list[Skip]]:
     """Every row of a measured-results CSV as a Case or a Skip (with its reason)."""
     path = Path(path)

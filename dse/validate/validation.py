@@ -25,7 +25,7 @@ from ..catalogue.lookup import roots
 from ..errors import InputError
 from . import fit as F
 from .predict import Problem, predict_with_reasons, problem
-from .rows import Case, Skip, read
+from .rows import Case, Skip, pooled, read
 
 METHODS = ("calibrated", "roofline", "leave_one_hardware_out", "leave_one_model_out")
 
@@ -212,15 +212,17 @@ def holdout_predictions(prob: Problem, steps: int = F.STEPS) -> dict[str, np.nda
     return out
 
 
-def validate(data, calibration=None, holdout: bool = False, steps: int = F.STEPS
-             ) -> Validation:
+def validate(data, calibration=None, holdout: bool = False, steps: int = F.STEPS,
+             framework: str | None = None) -> Validation:
     """Predict every row of ``data`` (a CSV in the measured_public schema).
 
     ``calibration``: a path, a :class:`dse.catalogue.calibration.Calibration`, or None for the
     shipped ``calibrations/public.toml``. ``holdout``: also refit per held-out device
-    and model (``steps`` Adam steps each).
+    and model (``steps`` Adam steps each). ``framework``: every row as measured with that
+    one framework (``generic``: the calibration studies get by default).
     """
     cases, skips = read(data)
+    cases = pooled(cases, framework)
     if not cases:
         raise InputError(str(data), "rows", "no row is expressible",
                          "rows of the kinds " + ", ".join(("train", "infer_decode",
