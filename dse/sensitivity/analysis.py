@@ -22,7 +22,7 @@ from ..results.dataset import coords, provenance
 from ..run.memory import run_function
 from ..schema.outputs import OUTPUTS
 from ..study.output import DEFAULT_CHUNK_POINTS
-from ..study.sensitivity import INVERSE, PARAMS, SensitivityConfig
+from ..study.sensitivity import INVERSE, KINK_SIGNATURE, PARAMS, SensitivityConfig
 from ..study.study import Study
 from .elasticity import EPS, Spec, sensitivities
 from .inverse import required_scale
@@ -65,7 +65,7 @@ def analyze(study: Study, progress=None) -> xr.Dataset:
     fn = functools.partial(sensitivities, spec=spec)
     meta = elasticity_variables(cfg, study.mode)
     lead = {name: k for name, (k, _, _) in meta.items()}
-    evaluator = Evaluator.of(study, cfg.metrics + ("valid", "bound_signature"))
+    evaluator = Evaluator.of(study, cfg.metrics + ("valid",) + KINK_SIGNATURE[study.mode])
     arrays, deps = run_function(study, evaluator, fn, lead,
                                 elasticity_dependencies(study, evaluator, lead), progress)
     variables = {}

@@ -29,22 +29,29 @@ import jax
 import jax.numpy as jnp
 
 from ..core.evaluator import Evaluator
-from ..study.sensitivity import PARAMS
+from ..study.sensitivity import KINK_SIGNATURE, PARAMS
 
 EPS = {"float64": 1e-7, "float32": 1e-3}
 
 
 def scaled_evaluate(u, point, models, hardware, params, mode, names, features):
-    """The evaluator with parameter ``params[i]`` multiplied by ``u[i]``."""
-    hw_updates, point_updates = {}, {}
+    """The evaluator with parameter ``params[i]`` multiplied by ``u[i]`` (in pipeline mode
+    a device parameter scales every stage's device)."""
+    updates = {"hardware": {}, "point": {}, "links": {}}
+    pipeline = mode == "pipeline"
+    devices = hardware.hardware if pipeline else hardware
     for i, name in enumerate(params):
         param = PARAMS[name]
-        if param.source == "hardware":
-            hw_updates[param.field] = getattr(hardware, param.field) * u[i]
-        else:
-            point_updates[param.field] = getattr(point, param.field) * u[i]
-    hardware = dataclasses.replace(hardware, **hw_updates)
-    point = dataclasses.replace(point, **point_updates)
+        table = {"hardware": devices, "point": point,
+                 "links": hardware.links if pipeline else None}[param.source]
+        updates[param.source][param.field] = getattr(table, param.field) * u[i]
+    devices = dataclasses.replace(devices, **updates["hardware"])
+    if pipeline:
+        hardware = dataclasses.replace(hardware, hardware=devices, links=dataclasses.replace(
+            hardware.links, **updates["links"]))
+    else:
+        hardware = devices
+    point = dataclasses.replace(point, **updates["point"])
     return Evaluator(mode, models, hardware, features=features, names=names).traced(point)
 
 
@@ -73,7 +80,8 @@ def sensitivities(point, models, hardware, spec: Spec) -> dict:
     # binding roof), as the rows of one vmapped evaluation, and the JVPs of both sides
     # as the rows of another: two copies of the evaluator in the program rather than
     # five (XLA's compile time grows with the copies; the arithmetic is the same).
-    whatif_names = metrics + ("valid", "bound_signature")
+    signature = KINK_SIGNATURE[mode]
+    whatif_names = metrics + ("valid",) + signature
 
     def whatif(u):
         return scaled_evaluate(u, point, models, hardware, params, mode, whatif_names, features)
@@ -117,8 +125,11 @@ def sensitivities(point, models, hardware, spec: Spec) -> dict:
         out[m + "_linear_plus"] = up[m] * delta
         out[m + "_linear_minus"] = -down[m] * delta
         out["base_" + m] = base[m]
-    out["kink"] = (jnp.any(plus["bound_signature"] != minus["bound_signature"], axis=1)
-                   | (plus["valid"] != minus["valid"]))
+    kink = plus["valid"] != minus["valid"]
+    for name in signature:  # (bound_signature leads with the phase after the parameter)
+        changed = plus[name] != minus[name]
+        kink = kink | (jnp.any(changed, axis=1) if name == "bound_signature" else changed)
+    out["kink"] = kink
     out["kink_at_point"] = split
     shape = jnp.broadcast_shapes(*(jnp.shape(v) for k, v in out.items() if not k.startswith("base_")))
     return {k: v if k.startswith("base_") else jnp.broadcast_to(v, shape) for k, v in out.items()}

@@ -25,7 +25,12 @@ from .reduce import numeric_outputs
 
 KEYS = ("metrics", "params", "delta", "inverse", "mix")
 DEFAULT_METRICS = {"inference": ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s"),
-                   "training": ("step_s", "throughput_tok_s", "mfu")}
+                   "training": ("step_s", "throughput_tok_s", "mfu"),
+                   "pipeline": ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s")}
+# outputs whose change between -delta and +delta marks a kink (the binding roof of every
+# component; in a pipeline, the slowest stage and whether a link binds)
+KINK_SIGNATURE = {"inference": ("bound_signature",), "training": ("bound_signature",),
+                  "pipeline": ("bottleneck_stage", "link_bound")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,11 +38,13 @@ class Param:
     """A hardware parameter: where it lives and what it is."""
 
     name: str
-    source: str  # "hardware" (a HardwareSpec field) or "point" (a knob)
+    source: str  # "hardware" (a HardwareSpec field: every device, every pipeline stage),
+    #              "point" (a knob) or "links" (a pipeline's links between stages)
     field: str
     units: str
     long_name: str
     knob: str | None = None  # the what-if knob that scales it (for inverse questions)
+    modes: tuple[str, ...] = ("inference", "training", "pipeline")
 
 
 PARAMS = {p.name: p for p in [
@@ -47,14 +54,23 @@ PARAMS = {p.name: p for p in [
     Param("peak_flops_16", "hardware", "flops_per_s_16", "FLOP/s", "16-bit matrix peak"),
     Param("peak_flops_8", "hardware", "flops_per_s_8", "FLOP/s", "8-bit matrix peak"),
     Param("peak_flops_4", "hardware", "flops_per_s_4", "FLOP/s", "4-bit matrix peak"),
-    Param("intra_bw", "hardware", "intra_bw_bytes_per_s", "bytes/s", "intra-node link bandwidth"),
-    Param("intra_latency", "hardware", "intra_latency_s", "s", "intra-node link latency"),
-    Param("inter_bw", "hardware", "inter_bw_bytes_per_s", "bytes/s", "inter-node bandwidth"),
-    Param("inter_latency", "hardware", "inter_latency_s", "s", "inter-node latency"),
+    Param("intra_bw", "hardware", "intra_bw_bytes_per_s", "bytes/s", "intra-node link bandwidth",
+          modes=("inference", "training")),
+    Param("intra_latency", "hardware", "intra_latency_s", "s", "intra-node link latency",
+          modes=("inference", "training")),
+    Param("inter_bw", "hardware", "inter_bw_bytes_per_s", "bytes/s", "inter-node bandwidth",
+          modes=("inference", "training")),
+    Param("inter_latency", "hardware", "inter_latency_s", "s", "inter-node latency",
+          modes=("inference", "training")),
     Param("memory", "hardware", "memory_bytes", "bytes", "memory capacity", "memory_scale"),
     Param("flops_efficiency", "point", "flops_efficiency", "1", "achieved fraction of peak FLOP/s"),
     Param("hbm_efficiency", "point", "hbm_efficiency", "1", "achieved fraction of bandwidth"),
-    Param("link_efficiency", "point", "link_efficiency", "1", "achieved fraction of link bandwidth"),
+    Param("link_efficiency", "point", "link_efficiency", "1", "achieved fraction of link bandwidth",
+          modes=("inference", "training")),
+    Param("pipeline_link_bw", "links", "bw_bytes_per_s", "bytes/s",
+          "bandwidth of the links between pipeline stages", modes=("pipeline",)),
+    Param("pipeline_link_latency", "links", "latency_s", "s",
+          "latency of the links between pipeline stages", modes=("pipeline",)),
 ]}
 # whole-device what-ifs for inverse questions (several fields at once)
 INVERSE = {"hbm_bw": "hbm_bw_scale", "tflops": "tflops_scale", "link_bw": "link_bw_scale",
@@ -99,14 +115,15 @@ def parse_sensitivity(raw, file: str, mode: str, axes: dict) -> SensitivityConfi
             raise InputError(file, "sensitivity.metrics", f"{m!r} is not a numeric output"
                              + suggest(str(m), numeric), ", ".join(numeric))
         renamed(outputs, m, file, "sensitivity.metrics")
-    params = raw.get("params", list(PARAMS))
+    available = [name for name, p in PARAMS.items() if mode in p.modes]
+    params = raw.get("params", available)
     if not isinstance(params, list) or not params:
         raise checks.invalid(file, "sensitivity.params", params,
                              "a non-empty list of hardware parameters")
     for p in params:
-        if p not in PARAMS:
-            raise InputError(file, "sensitivity.params", f"unknown parameter {p!r}"
-                             + suggest(str(p), PARAMS), ", ".join(PARAMS))
+        if p not in available:
+            raise InputError(file, "sensitivity.params", f"unknown parameter {p!r} for mode "
+                             f"{mode!r}" + suggest(str(p), available), ", ".join(available))
     delta = raw.get("delta", 0.1)
     if not checks.is_number(delta) or not 0 < delta < 1:
         raise checks.invalid(file, "sensitivity.delta", delta,
@@ -116,6 +133,9 @@ def parse_sensitivity(raw, file: str, mode: str, axes: dict) -> SensitivityConfi
     if not isinstance(queries, list):
         raise checks.invalid(file, "sensitivity.inverse", queries,
                              'a list of { param = "hbm_bw", goal = "tpot_s <= 0.03" }')
+    if queries and mode == "pipeline":
+        raise InputError(file, "sensitivity.inverse", "inverse questions need one device type "
+                         "(a pipeline's stages differ)", "inference or training studies")
     for i, q in enumerate(queries):
         key = f"sensitivity.inverse[{i}]"
         if not isinstance(q, dict) or set(q) != {"param", "goal"}:

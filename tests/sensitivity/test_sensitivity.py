@@ -76,7 +76,7 @@ def test_output_axes_are_those_of_a_shape_trace():
     cfg = study.sensitivity_config()
     spec = Spec(study.mode, cfg.metrics, cfg.params, cfg.delta, 1e-3, study.features)
     extra = {k: lead for k, (lead, _, _) in elasticity_variables(cfg, study.mode).items()}
-    evaluator = Evaluator.of(study, cfg.metrics + ("valid", "bound_signature"))
+    evaluator = Evaluator.of(study, cfg.metrics + ("valid", "bound_signature"))  # inference
     traced = function_dependencies(study, evaluator, functools.partial(sensitivities, spec=spec),
                                    extra)
     assert elasticity_dependencies(study, evaluator, extra) == traced
@@ -123,3 +123,21 @@ def test_genz_report(genz_sensitivity):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
         assert png.name in md and png.name in html
     assert "Workload mix" in md
+
+
+def test_pipeline_studies_have_sensitivities():
+    """Pipeline mode was refused ("does not support mode 'pipeline'"). Device parameters
+    scale every stage's device, the links between stages have their own; on the slow LAN
+    of the example, TPOT falls with link bandwidth and rises with link latency (except
+    where the busiest stage, not the traversal, sets the pace: there the links do not
+    count), and the elasticities agree with the exact +-10% changes to first order."""
+    ds = sensitivity(STUDIES / "pipeline-apple-lan.toml")
+    assert {"pipeline_link_bw", "pipeline_link_latency", "hbm_bw"} <= set(ds["hw_param"].values)
+    bw = ds["tpot_s"].sel(hw_param="pipeline_link_bw")
+    latency = ds["tpot_s"].sel(hw_param="pipeline_link_latency")
+    assert (bw <= 0).all() and (latency >= 0).all()
+    assert int((bw < 0).sum()) >= 6 and int((latency > 0).sum()) >= 6  # of 8 points
+    smooth = ~ds["kink"].sel(hw_param="pipeline_link_bw")
+    exact = ds["tpot_s_plus"].sel(hw_param="pipeline_link_bw")
+    linear = ds["tpot_s_linear_plus"].sel(hw_param="pipeline_link_bw")
+    np.testing.assert_allclose(exact.where(smooth), linear.where(smooth), rtol=0.1, atol=2e-3)
