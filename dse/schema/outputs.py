@@ -105,7 +105,7 @@ TRAINING = Registry({
     "step_s": less("s", "time per optimizer step"),
     "compute_s": less("s", "per step: operator time of the micro-batches on one device"),
     "bubble_s": less("s", "per step: pipeline fill and drain"),
-    "bubble_fraction": less("1", "pipeline bubble over ideal compute time, (p-1)/(v m)"),
+    "bubble_fraction": less("1", "pipeline bubble over ideal compute time (1F1B: (p-1)/(v m))"),
     "comm_s": less("s", "per step: exposed (not overlapped) communication by kind",
                      dims=("comm_kind",)),
     "throughput_tok_s": more("tokens/s", "training tokens per second of the job"),
