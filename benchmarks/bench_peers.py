@@ -66,6 +66,7 @@ json.dump(best, sys.stdout)
 STUDY = """
 [study]
 name = "peers"
+calibration = "none"   # llm-analysis is a plain roofline too
 [axes]
 model = ["llama-2-7b", "llama-2-70b"]
 hardware = ["a100-80gb", "h100-sxm"]

@@ -38,3 +38,21 @@ def test_the_readme_is_a_readme():
     assert not re.search(r"20\d\d-\d\d-\d\d", text)  # no dated diary
     for link in re.findall(r"\]\((docs/[^)#]+)", text):
         assert (ROOT / link).is_file(), link
+
+
+def test_the_readme_sample_output_is_what_the_example_study_prints(monkeypatch):
+    """The README's sample summary (everything but the timing line) is what dse prints
+    for the example study today: the calibration named, per-device ranking, and the same
+    leading rows, so its figures cannot go stale."""
+    import dse
+    from dse.results.summary import sweep_summary
+
+    text = (ROOT / "README.md").read_text()
+    sample = re.search(r"```\n(llama-serving: .*?)```", text, re.S).group(1).splitlines()
+    monkeypatch.chdir(ROOT)
+    ds = dse.sweep(str(ROOT / "studies" / "llama-serving.toml"), progress=False)
+    printed = sweep_summary(ds, 1.0).splitlines()
+    shown = [line for line in sample[1:] if line.strip() != "..."]
+    assert shown == printed[1:len(shown) + 1]
+    assert shown[0].startswith("numbers: calibrated (calibrations/generic.toml")
+    assert "by throughput_per_device_tok_s" in "\n".join(shown)

@@ -7,6 +7,7 @@ in what they feed it: a grid of broadcast arrays, a vector of trials, or tangent
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -83,19 +84,37 @@ def _reason_code(flags) -> jnp.ndarray:
     return code
 
 
+def _ep_ok(m: ModelSpec, ep, tp, dp):
+    """Expert parallelism splits the experts evenly over ep devices of the tp x dp ones,
+    each expert's FFN evenly over the rest; a dense model ignores it (as vLLM's
+    --enable-expert-parallel does), so any ep is valid there and equals ep = 1."""
+    etp = tp * dp / ep
+    return ((ep == 1.0) | (m.n_experts == 0.0)
+            | (_divides(ep, m.n_experts) & _divides(ep, tp * dp) & _divides(etp, m.d_ff_expert)))
+
+
+def _devices_ok(num_devices, per_replica):
+    """num_devices (when given) is a whole number of replicas of ``per_replica`` devices."""
+    return (num_devices == 0.0) | _divides(per_replica, num_devices)
+
+
+def _replicas(num_devices, per_replica, dp):
+    """Data-parallel replicas: derived from num_devices when given (at least 1), else dp."""
+    return jnp.where(num_devices > 0.0, jnp.maximum(jnp.floor(num_devices / per_replica), 1.0),
+                     dp)
+
+
 def inference_reasons(m: ModelSpec, p: InferencePoint, fits, draft: ModelSpec | None):
     tp_ok = _tp_ok(m, p.tp)
     if draft is not None:
         tp_ok = tp_ok & ((p.draft_len == 0.0) | _tp_ok(draft, p.tp))
-    etp = p.tp * p.dp / p.ep
-    ep_ok = (p.ep == 1.0) | ((m.n_experts > 0.0) & _divides(p.ep, m.n_experts)
-                             & _divides(p.ep, p.tp * p.dp) & _divides(etp, m.d_ff_expert))
     return _reason_code([
         (~tp_ok, "tp_indivisible"),
         (p.pp > m.n_layers, "pp_exceeds_layers"),
         (~fits, "oom"),
         (p.input_len + p.output_len > m.max_seq_len, "context_too_long"),
-        (~ep_ok, "ep_indivisible"),
+        (~_ep_ok(m, p.ep, p.tp, p.dp), "ep_indivisible"),
+        (~_devices_ok(p.num_devices, p.tp * p.pp), "devices_indivisible"),
     ])
 
 
@@ -103,6 +122,7 @@ def _evaluate_inference(p: InferencePoint, models: ModelSpec, hardware: Hardware
                         features: frozenset, names: frozenset) -> dict:
     m = take(models, p.model)
     hw = take(hardware, p.hardware)
+    p = dataclasses.replace(p, dp=_replicas(p.num_devices, p.tp * p.pp, p.dp))
     draft = take(models, p.draft_model) if "speculative" in features else None
     precision = Precision(stored_bits(p.weight_bits, p.quant_group_size),
                           stored_bits(p.kv_bits, p.quant_group_size), p.act_bits)
@@ -121,9 +141,6 @@ def _evaluate_inference(p: InferencePoint, models: ModelSpec, hardware: Hardware
 
 
 def training_reasons(m: ModelSpec, p: TrainingPoint, dp, global_batch, fits):
-    etp = p.tp * dp / p.ep
-    ep_ok = (p.ep == 1.0) | ((m.n_experts > 0.0) & _divides(p.ep, m.n_experts)
-                             & _divides(p.ep, p.tp * dp) & _divides(etp, m.d_ff_expert))
     micro_batches = global_batch / (p.micro_batch * dp)
     interleaved = p.virtual_stages > 1.0
     v = p.virtual_stages
@@ -154,10 +171,9 @@ def training_reasons(m: ModelSpec, p: TrainingPoint, dp, global_batch, fits):
         (p.pp > m.n_layers, "pp_exceeds_layers"),
         (~fits, "oom"),
         (p.seq_len > m.max_seq_len, "context_too_long"),
-        (~ep_ok, "ep_indivisible"),
+        (~_ep_ok(m, p.ep, p.tp, dp), "ep_indivisible"),
         (~_divides(p.micro_batch * dp, global_batch), "batch_indivisible"),
-        ((p.num_devices > 0.0) & ~_divides(p.tp * p.pp * p.cp, p.num_devices),
-         "devices_indivisible"),
+        (~_devices_ok(p.num_devices, p.tp * p.pp * p.cp), "devices_indivisible"),
         (schedule_bad, "schedule_indivisible"),
     ])
 
@@ -166,8 +182,7 @@ def _evaluate_training(p: TrainingPoint, models: ModelSpec, hardware: HardwareSp
                        features: frozenset, names: frozenset) -> dict:
     m = take(models, p.model)
     hw = take(hardware, p.hardware)
-    dp = jnp.where(p.num_devices > 0.0,
-                   jnp.maximum(jnp.floor(p.num_devices / (p.tp * p.pp * p.cp)), 1.0), p.dp)
+    dp = _replicas(p.num_devices, p.tp * p.pp * p.cp, p.dp)
     global_batch = jnp.where(p.global_batch > 0.0, p.global_batch, p.micro_batch * dp)
     rates = achieved_rates(hw, p, p.weight_bits, p.act_bits, p.act_bits)
     peaks = (hw.flops_per_s_4, hw.flops_per_s_8, hw.flops_per_s_16, hw.flops_per_s_32)

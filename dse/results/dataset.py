@@ -41,7 +41,7 @@ def provenance(study: Study) -> dict:
 def calibration_attrs(study: Study) -> dict:
     """The calibration a study ran under: file, framework and each device's values."""
     if study.calibration is None:
-        return {"calibration": "none (plain roofline)"}
+        return {"calibration": "none (plain roofline: an upper bound, every efficiency 1)"}
     return {"calibration": study.calibration.file, "calibration_framework": study.framework,
             "calibration_values": json.dumps({
                 c.name: study.calibration.values(study.framework, c.name)

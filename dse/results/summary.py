@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import xarray as xr
 
@@ -88,7 +90,15 @@ def calibration_line(ds: xr.Dataset) -> str:
         return ("numbers: plain roofline, an upper bound (every efficiency 1.0; "
                 "calibration = \"none\")")
     framework = ds.attrs.get("calibration_framework", "")
-    return f"numbers: calibrated ({calibration}, framework {framework})"
+    return f"numbers: calibrated ({_short(calibration)}, framework {framework})"
+
+
+def _short(path: str) -> str:
+    """``path`` relative to the working directory when it lies under it."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return path
 
 
 def sweep_summary(ds: xr.Dataset, seconds: float) -> str:

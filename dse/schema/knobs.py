@@ -72,12 +72,16 @@ class InferencePoint:
     output_len: Any = knob(128, "int", "generated tokens per sequence", "tokens", "output length")
     tp: Any = knob(1, "int", "tensor-parallel degree", "devices")
     pp: Any = knob(1, "int", "pipeline-parallel degree (stages)", "devices")
-    dp: Any = knob(1, "int", "data-parallel replicas", "replicas")
-    ep: Any = knob(1, "int", "expert-parallel degree (MoE; devices from tp x dp)", "devices")
+    dp: Any = knob(1, "int", "data-parallel replicas (derived when num_devices > 0)", "replicas")
+    ep: Any = knob(1, "int", "expert-parallel degree (MoE; devices from tp x dp; a dense model "
+                   "ignores it)", "devices")
+    num_devices: Any = knob(0, "int0", "devices of the deployment; dp = num_devices / (tp pp) "
+                            "(0: use dp)", "devices")
     weight_bits: Any = knob(16, "bits", "bits per stored weight", "bit")
     kv_bits: Any = knob(16, "bits", "bits per stored KV-cache element", "bit")
     act_bits: Any = knob(16, "compute_bits", "bits per activation (sets the compute dtype)", "bit")
-    flops_efficiency: Any = knob(1.0, "fraction", "achieved fraction of peak FLOP/s")
+    flops_efficiency: Any = knob(1.0, "fraction", "achieved fraction of peak FLOP/s; under a "
+                                "calibration, a factor on its fitted efficiency")
     hbm_efficiency: Any = knob(1.0, "fraction", "achieved fraction of peak memory bandwidth")
     link_efficiency: Any = knob(1.0, "fraction", "achieved fraction of link bandwidth")
     hbm_bw_scale: Any = knob(1.0, "scale", "what-if multiplier on memory bandwidth")
@@ -126,7 +130,8 @@ class TrainingPoint:
     tp: Any = knob(1, "int", "tensor-parallel degree", "devices")
     pp: Any = knob(1, "int", "pipeline-parallel degree (stages)", "devices")
     dp: Any = knob(1, "int", "data-parallel replicas (derived when num_devices > 0)", "replicas")
-    ep: Any = knob(1, "int", "expert-parallel degree (MoE; devices from tp x dp)", "devices")
+    ep: Any = knob(1, "int", "expert-parallel degree (MoE; devices from tp x dp; a dense model "
+                   "ignores it)", "devices")
     cp: Any = knob(1, "int", "context-parallel degree (ring attention over the sequence)",
                    "devices")
     num_devices: Any = knob(0, "int0", "devices in the job; dp = num_devices / (tp pp cp) "

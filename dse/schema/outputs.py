@@ -50,7 +50,8 @@ EXTRA_COORDS = {"phase": PHASES, "component": COMPONENTS, "comm_kind": COMM_KIND
 INFERENCE = Registry({
     "n_params": less("1", "total parameters"),
     "n_params_active": less("1", "parameters active per token"),
-    "n_devices": less("devices", "devices in the deployment"),
+    "n_devices": less("devices", "devices in the deployment (tp x pp x dp)"),
+    "dp_size": less("replicas", "data-parallel replicas (derived when num_devices is given)"),
     "weight_bytes": less("bytes", "weight memory per device"),
     "kv_cache_bytes": less("bytes", "KV-cache memory per device"),
     "activation_bytes": less("bytes", "peak activation memory per device"),
@@ -183,7 +184,7 @@ REASONS = {
                         "context",
     "ep_indivisible": "ep does not divide the experts or tp x dp (or the model has no experts)",
     "batch_indivisible": "global_batch is not a multiple of micro_batch x dp (training)",
-    "devices_indivisible": "num_devices is not a multiple of tp x pp x cp (training)",
+    "devices_indivisible": "num_devices is not a multiple of tp x pp (x cp in training)",
     "schedule_indivisible": "pipeline layout or schedule not valid: layers not divisible "
                             "by pp x virtual_stages (with first/last_stage_layers: the "
                             "rest not by the middle stages, or a stage's layers not by "

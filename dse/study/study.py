@@ -213,6 +213,12 @@ def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = No
             fixed[key] = values[0]
     order = list(axes_raw)
     dims.sort(key=lambda a: order.index(a.name))
+    if "dp" in axes_raw and "num_devices" in axes_raw:
+        given = next((a.values for a in dims if a.name == "num_devices"),
+                     (fixed.get("num_devices"),))
+        if any(v != 0 for v in given):
+            raise InputError(file, "axes.dp", "given with axes.num_devices, from which dp is "
+                             "derived (num_devices / (tp pp))", "either dp or num_devices")
 
     def values_of(key):
         return next((a.values for a in dims if a.name == key), (fixed.get(key),))
@@ -264,19 +270,33 @@ def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = No
     return study
 
 
+# What a study runs under when it names no calibration: the shipped fit of every public
+# measurement pooled under one framework, or, when it names a framework, the per-framework
+# fit (docs/validation.md). ``calibration = "none"`` is the plain roofline, an upper bound.
+DEFAULT_CALIBRATION = "calibrations/generic.toml"
+FRAMEWORK_CALIBRATION = "calibrations/public.toml"
+NO_CALIBRATION = "none"
+
+
 def _parse_calibration(head: dict, file: str, base_dir: Path | None, mode: str):
-    """([study] calibration, framework): the fitted efficiencies the study runs under."""
+    """([study] calibration, framework): the fitted efficiencies the study runs under
+    (None, None: the plain roofline)."""
     path, framework = head.get("calibration"), head.get("framework")
-    if path is None:
+    if path == NO_CALIBRATION:
         if framework is not None:
-            raise InputError(file, "study.framework", "given without study.calibration",
-                             'a calibration file, e.g. calibration = "calibrations/public.toml"')
+            raise InputError(file, "study.framework", 'given with calibration = "none"',
+                             "no framework, or a calibration file")
         return None, None
     if mode == "pipeline":
+        if path is None and framework is None:  # no calibration data for such pipelines
+            return None, None
         raise InputError(file, "study.calibration", "not supported in pipeline mode",
-                         "inference or training studies")
+                         'inference or training studies; calibration = "none"')
+    if path is None:
+        path = FRAMEWORK_CALIBRATION if framework is not None else DEFAULT_CALIBRATION
     if not isinstance(path, str) or not path:
-        raise checks.invalid(file, "study.calibration", path, "a path to a calibration .toml")
+        raise checks.invalid(file, "study.calibration", path,
+                             'a path to a calibration .toml, or "none" (the plain roofline)')
     resolved = input_path(path, base_dir, roots())
     cal = calibration_files.load(resolved, referrer=file, key="study.calibration")
     if framework is None:
@@ -315,9 +335,9 @@ def _check_contradictions(study: Study) -> None:
         targets = set(study.values("model"))
         for card in (c for c in study.models if c.name in targets):
             experts = card.fields.get("n_experts", 0)
-            if not any(experts % ep == 0 for ep in eps if experts):
+            if experts and not any(experts % ep == 0 for ep in eps):  # dense: ignored
                 raise InputError(file, "axes.ep", f"ep = {_show(eps)} cannot split the "
-                                 f"{experts or 'no'} experts of {card.name}",
+                                 f"{experts} experts of {card.name}",
                                  "1, or a divisor of the MoE model's experts")
 
 

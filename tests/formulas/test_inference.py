@@ -5,7 +5,7 @@ import pytest
 
 from dse.catalogue import lookup as catalogue
 
-from ..helpers import evaluate_point
+from ..helpers import evaluate_point, sweep_text
 
 
 def _hw(name):
@@ -138,3 +138,40 @@ def test_efficiency_and_whatif_scales_are_equivalent():
     a = evaluate_point(model="llama-2-7b", hardware="h100-sxm", hbm_efficiency=0.5)
     b = evaluate_point(model="llama-2-7b", hardware="h100-sxm", hbm_bw_scale=0.5)
     assert a["tpot_s"] == pytest.approx(b["tpot_s"], rel=1e-12)
+
+
+def test_num_devices_keeps_the_layouts_that_use_exactly_that_many():
+    """num_devices = 8 over tp x pp: dp = 8 / (tp pp) replicas, so every feasible
+    layout uses 8 devices and serves dp times one replica's batch; layouts that do not
+    divide 8 (tp 3, or tp 8 x pp 2 = 16) are flagged devices_indivisible (bit 64)."""
+    ds = sweep_text("""
+[axes]
+model = "llama-2-7b"
+hardware = "h100-sxm"
+num_devices = 8
+tp = [1, 2, 3, 4, 8]
+pp = [1, 2]
+batch = 16
+""")
+    flagged = (ds["reason"] & 64) > 0
+    for tp in (1, 2, 3, 4, 8):
+        for pp in (1, 2):
+            point = ds.sel(tp=tp, pp=pp)
+            divides = 8 % (tp * pp) == 0
+            assert bool(flagged.sel(tp=tp, pp=pp)) == (not divides), (tp, pp)
+            if divides:
+                assert point["n_devices"].item() == 8
+                assert point["dp_size"].item() == 8 // (tp * pp)
+    # one replica of tp 2 x pp 1 with dp given by hand serves the same
+    by_hand = sweep_text("""
+[axes]
+model = "llama-2-7b"
+hardware = "h100-sxm"
+dp = 4
+tp = 2
+batch = 16
+""")
+    for name in ("throughput_tok_s", "ttft_s", "tpot_s", "memory_bytes"):
+        assert ds[name].sel(tp=2, pp=1).item() == by_hand[name].item()
+    assert ds["throughput_tok_s"].sel(tp=2, pp=1).item() == pytest.approx(
+        4 * 16 * 128 / ds["e2e_s"].sel(tp=2, pp=1).item(), rel=1e-6)  # float32 sweep

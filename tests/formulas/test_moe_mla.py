@@ -85,13 +85,22 @@ def test_expert_parallel_shards_experts_and_pays_all_to_all():
     assert evaluate_point(ep=16, dp=2, **base)["valid"]
 
 
-def test_ep_on_a_dense_model_is_marked():
+def test_ep_on_a_dense_model_is_ignored_not_flagged():
+    """A dense model has no experts to spread, so ep changes nothing (vLLM ignores
+    --enable-expert-parallel on one): a sweep of ep over dense and MoE models keeps the
+    dense points valid, equal to ep = 1, and still checks ep on the MoE model (Mixtral's
+    8 experts do not split over 16 devices when tp x dp is 2)."""
     ds = sweep_text("""
 [axes]
 model = ["llama-2-7b", "mixtral-8x7b"]
 hardware = "h100-sxm"
 tp = 2
-ep = [1, 2]
+ep = [1, 2, 16]
 """)
-    flags = ds["reason"].sel(ep=2).values
-    assert list(flags & 16) == [16, 0]
+    dense = ds.sel(model="llama-2-7b")
+    assert (dense["reason"].values == 0).all()
+    for name in ("throughput_tok_s", "weight_bytes", "ttft_s", "tpot_s"):
+        assert dense[name].sel(ep=2).item() == dense[name].sel(ep=1).item()
+        assert dense[name].sel(ep=16).item() == dense[name].sel(ep=1).item()
+    moe = ds["reason"].sel(model="mixtral-8x7b")
+    assert moe.sel(ep=2).item() & 16 == 0 and moe.sel(ep=16).item() & 16 == 16

@@ -216,7 +216,7 @@ def _bad(tmp_path, swept):
         "metric": (["plot", str(sweep_nc), "pareto", "--metric", "speed"], "--metric",
                    "no variable"),
         "figure extension": (["plot", str(sweep_nc), "heatmap", "-o",
-                              str(tmp_path / "out" / "h.jpg")], "-o", "unsupported figure"),
+                              str(tmp_path / "out" / "h.jpg")], "-o", "unsupported extension"),
         "not applicable": (["plot", str(sweep_nc), "roofline", "-o",
                             str(tmp_path / "out" / "r.png")], "roofline", "does not apply"),
         "option": (["plot", str(sweep_nc), "memory", "--workload", "1", "-o",

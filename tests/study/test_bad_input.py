@@ -66,6 +66,12 @@ CASES = {
     "negative_optimizer_bytes": (TRAIN.replace("zero_stage = 1", "optimizer = -2"),
                                  "axes.optimizer"),
     "inference_key_in_training": (TRAIN.replace("zero_stage = 1", "batch = 8"), "axes.batch"),
+    "dp_with_num_devices": (GOOD.replace("batch =", "dp = 2\nnum_devices = 8\nbatch ="),
+                            "axes.dp"),
+    "dp_with_num_devices_training": (TRAIN.replace("zero_stage = 1", "dp = [1, 2]\n"
+                                                   "num_devices = [0, 16]"), "axes.dp"),
+    "ep_splits_no_moe_experts": (GOOD.replace('"llama-2-7b"', '["llama-2-7b", "mixtral-8x7b"]')
+                                 .replace("batch =", "ep = 3\nbatch ="), "axes.ep"),
     # analysis sections are checked when the study loads, whichever verb runs it
     "search_unknown_key": (GOOD + '[search]\nobjective = "ttft_s"\nn_trails = 5\n',
                            "search.n_trails"),
