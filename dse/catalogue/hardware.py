@@ -62,7 +62,7 @@ _POSITIVE = ("memory_gib", "hbm_bw_gb_per_s", "fp32_tflops", "bf16_tflops", "fp1
              "intra_node_latency_us", "inter_node_bw_gb_per_s", "inter_node_latency_us",
              "devices_per_node", "tdp_w", "price_per_hour_usd")
 _TEXT = ("name", "long_name", "vendor", "kind", "source", "notes")
-KNOWN_KEYS = frozenset(_POSITIVE + _TEXT)
+KNOWN_KEYS = frozenset(_POSITIVE + _TEXT + ("aliases",))
 KINDS = ("gpu", "tpu", "npu", "apple", "cpu")
 
 
@@ -108,6 +108,7 @@ class HardwareCard:
         if not name:
             raise InputError(file, "name", "missing", "a lowercase hyphenated name")
         checks.known_keys(data, KNOWN_KEYS, file, what="hardware key")
+        checks.string_list(data, "aliases", [], file)
         for key in _REQUIRED:
             if key not in data:
                 raise InputError(file, key, "missing", "a positive number")

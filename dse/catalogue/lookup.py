@@ -11,13 +11,15 @@ is (its output path too), and is looked up beside the study file when it is not 
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import os
+import re
 import tomllib
 from pathlib import Path
 
-from ..errors import InputError, suggest
+from ..errors import InputError
 from .hardware import HardwareCard
 from .model import ModelCard, card_from_hf_config
 
@@ -38,6 +40,65 @@ def _entries(kind: str) -> dict[str, Path]:
         if folder.is_dir():
             found.update({p.stem: p for p in sorted(folder.glob("*.toml"))})
     return found
+
+
+def normalized(name: str) -> str:
+    """A name as people write it, reduced to compare: lowercase, letters, digits and dots
+    only ('H100-SXM5-80GB', 'h100_sxm5 80gb' and 'H100 SXM5 80GB' are the same)."""
+    return re.sub(r"[^a-z0-9.]", "", str(name).lower())
+
+
+@functools.lru_cache(maxsize=None)
+def _aliases(kind: str, signature: tuple) -> dict[str, str]:
+    """normalized name or alias -> catalogue name (``signature``: the entries, so that a
+    changed catalogue root gives a fresh index)."""
+    load = _load_hardware_file if kind == "hardware" else _load_model_file
+    index: dict[str, str] = {}
+    for name, path in signature:
+        for alias in [name] + list(load(path).fields.get("aliases", [])):
+            key = normalized(alias)
+            if index.get(key, name) != name:
+                raise InputError(path, "aliases", f"{alias!r} also names {index[key]!r}",
+                                 "aliases that name one card")
+            index[key] = name
+    return index
+
+
+def resolve_name(kind: str, value: str) -> str | None:
+    """The catalogue name ``value`` stands for (itself, an alias, or either spelled with
+    other case, spaces, dashes or underscores), or None."""
+    entries = _entries(kind)
+    if value in entries:
+        return value
+    return _aliases(kind, tuple(sorted(entries.items()))).get(normalized(value))
+
+
+@functools.lru_cache(maxsize=None)
+def _ambiguous(roots_: tuple) -> dict[str, list[str]]:
+    """Spellings that name several hardware cards (``hardware/ambiguous.json``: "H100"
+    is an SXM, a PCIe or an NVL card), normalized."""
+    out: dict[str, list[str]] = {}
+    for root in reversed(roots_):
+        path = root / "hardware" / "ambiguous.json"
+        if path.is_file():
+            out.update({normalized(k): v for k, v in json.loads(path.read_text()).items()})
+    return out
+
+
+def _unknown(kind: str, value: str) -> str:
+    if kind == "hardware":
+        several = _ambiguous(tuple(roots())).get(normalized(value))
+        if several:
+            return f" (ambiguous: it may be {', '.join(repr(n) for n in several[:-1])} or " \
+                   f"{several[-1]!r}; name one)"
+    entries = _entries(kind)
+    spelled = _aliases(kind, tuple(sorted(entries.items())))
+    close = [c for word in dict.fromkeys((value, value.rsplit("/", 1)[-1]))
+             for c in difflib.get_close_matches(normalized(word), list(spelled), n=3, cutoff=0.6)]
+    names = list(dict.fromkeys(spelled[c] for c in close))[:3]
+    if not names:
+        return ""
+    return ", did you mean " + " or ".join(repr(n) for n in names) + "?"
 
 
 def hardware_names() -> list[str]:
@@ -85,8 +146,12 @@ def _load_model_file(path: Path) -> ModelCard:
     return card
 
 
+def _is_file_name(value: str) -> bool:
+    return value.endswith((".toml", ".json"))
+
+
 def _is_path(value: str) -> bool:
-    return value.endswith((".toml", ".json")) or os.sep in value or "/" in value
+    return _is_file_name(value) or os.sep in value or "/" in value
 
 
 def input_path(value: str, base_dir: Path | None, also=()) -> Path:
@@ -113,32 +178,38 @@ def _resolve_path(value: str, base_dir: Path | None) -> Path:
 def load_hardware(value: str, *, referrer: str | None = None, key: str = "hardware",
                   base_dir: Path | None = None) -> HardwareCard:
     """A hardware card by catalogue name or by path to a TOML file."""
-    if _is_path(value):
+    name = None if _is_file_name(value) else resolve_name("hardware", value)
+    if name is None and _is_path(value):
         path = _resolve_path(value, base_dir)
         if not path.is_file():
             raise InputError(referrer, key, f"hardware file {value!r} not found")
         return _load_hardware_file(path)
-    entries = _entries("hardware")
-    if value not in entries:
-        raise InputError(referrer, key, f"unknown hardware {value!r}" + suggest(value, entries),
-                         "a name listed by `dse hardware` or a path to a .toml file")
-    return _load_hardware_file(entries[value])
+    if name is None:
+        raise InputError(referrer, key, f"unknown hardware {value!r}" + _unknown("hardware", value),
+                         "a name listed by `dse hardware` (or one of its aliases) or a path to "
+                         "a .toml file")
+    return _load_hardware_file(_entries("hardware")[name])
 
 
 def load_model(value: str, *, referrer: str | None = None, key: str = "model",
                base_dir: Path | None = None) -> ModelCard:
     """A model card by catalogue name, by path to a TOML, or to a HF ``config.json``."""
-    if _is_path(value):
+    # A Hugging Face id ("deepseek-ai/DeepSeek-V3") names a catalogue card by its aliases,
+    # unless a file or folder of that name exists
+    name = None if _is_file_name(value) else resolve_name("models", value)
+    if _is_path(value) and (name is None or input_path(value, base_dir).exists()):
         path = _resolve_path(value, base_dir)
         if not path.is_file():
-            raise InputError(referrer, key, f"model file {value!r} not found")
+            raise InputError(referrer, key, f"model file {value!r} not found"
+                             + ("" if _is_file_name(value) else _unknown("models", value)),
+                             "a name listed by `dse models` (or a Hugging Face id among its "
+                             "aliases), a .toml file or a Hugging Face config.json path")
         return _load_model_file(path)
-    entries = _entries("models")
-    if value not in entries:
-        raise InputError(referrer, key, f"unknown model {value!r}" + suggest(value, entries),
-                         "a name listed by `dse models`, a .toml file or a Hugging Face "
-                         "config.json path")
-    return _load_model_file(entries[value])
+    if name is None:
+        raise InputError(referrer, key, f"unknown model {value!r}" + _unknown("models", value),
+                         "a name listed by `dse models` (or a Hugging Face id among its "
+                         "aliases), a .toml file or a Hugging Face config.json path")
+    return _load_model_file(_entries("models")[name])
 
 
 def all_hardware() -> list[HardwareCard]:

@@ -25,14 +25,23 @@ _REQUIRED_INT = ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size", "max_se
 _OPTIONAL_INT = ("n_kv_heads", "norms_per_layer", "head_dim", "learned_pos_rows", "n_experts", "top_k",
                  "d_ff_expert", "n_shared_experts", "n_dense_layers", "q_lora_rank",
                  "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
-                 "sliding_window", "published_params", "published_active_params")
-_BOOL = ("tied_embeddings", "qkv_bias", "linear_bias", "qk_norm", "norm_bias")
+                 "sliding_window", "published_params", "published_active_params",
+                 "published_params_other",
+                 "moe_layer_step", "linear_layers", "linear_key_heads", "linear_value_heads",
+                 "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel",
+                 "linear_state_bits")
+_BOOL = ("tied_embeddings", "qkv_bias", "linear_bias", "qk_norm", "norm_bias",
+         "attention_sinks", "attention_output_gate", "expert_bias")
 _CHOICE = {"mlp": ("gated", "plain"), "norm": ("rmsnorm", "layernorm"),
-           "position": ("rope", "learned", "alibi", "none")}
+           "position": ("rope", "learned", "alibi", "none"),
+           # what a published active count includes: everything a token uses, or all but
+           # the input embedding (gpt-oss, DeepSeek), or neither embedding nor LM head
+           "published_active_convention": ("all", "no_input_embedding", "no_embeddings")}
 _TEXT = ("name", "long_name", "family", "source", "notes", "activation",
          "published_params_source")
 _FLOAT = ("sliding_window_layers",)
-KNOWN_KEYS = frozenset(_REQUIRED_INT + _OPTIONAL_INT + _BOOL + tuple(_CHOICE) + _TEXT + _FLOAT)
+KNOWN_KEYS = frozenset(_REQUIRED_INT + _OPTIONAL_INT + _BOOL + tuple(_CHOICE) + _TEXT + _FLOAT
+                       + ("aliases",))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +69,7 @@ class ModelCard:
         if not name:
             raise InputError(file, "name", "missing", "a lowercase hyphenated name")
         checks.known_keys(data, KNOWN_KEYS, file, what="model key")
+        checks.string_list(data, "aliases", [], file)
         for key in _REQUIRED_INT:
             if key not in data:
                 raise InputError(file, key, "missing", "a positive integer")
@@ -103,6 +113,16 @@ class ModelCard:
             if f["top_k"] > f["n_experts"]:
                 raise InputError(self.file, "top_k", f"{f['top_k']} exceeds n_experts",
                                  f"1..{f['n_experts']}")
+        if f.get("linear_layers"):
+            if f["linear_layers"] >= f["n_layers"]:
+                raise InputError(self.file, "linear_layers", f"{f['linear_layers']} leaves no "
+                                 f"full-attention layer of {f['n_layers']}",
+                                 f"0..{f['n_layers'] - 1}")
+            for key in ("linear_key_heads", "linear_value_heads", "linear_key_head_dim",
+                        "linear_value_head_dim", "linear_conv_kernel"):
+                if not f.get(key):
+                    raise InputError(self.file, key, "missing for a model with linear-attention "
+                                     "layers (linear_layers > 0)", "a positive integer")
         if f.get("kv_lora_rank"):
             for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
                 if not f.get(key):
@@ -134,12 +154,22 @@ class ModelCard:
             learned_pos_rows=pos_rows,
             n_experts=f.get("n_experts", 0), top_k=f.get("top_k", 0),
             d_ff_expert=f.get("d_ff_expert", 0), n_shared_experts=f.get("n_shared_experts", 0),
-            n_dense_layers=f.get("n_dense_layers", 0) if f.get("n_experts") else f["n_layers"],
+            n_dense_layers=_dense_layers(f),
             q_lora_rank=f.get("q_lora_rank", 0), kv_lora_rank=f.get("kv_lora_rank", 0),
             qk_nope_head_dim=f.get("qk_nope_head_dim", 0),
             qk_rope_head_dim=f.get("qk_rope_head_dim", 0), v_head_dim=f.get("v_head_dim", 0),
             sliding_window=f.get("sliding_window", 0),
             sliding_window_layers=f.get("sliding_window_layers", 1.0) if f.get("sliding_window") else 0.0,
+            attention_sinks=float(f.get("attention_sinks", False)),
+            attention_output_gate=float(f.get("attention_output_gate", False)),
+            expert_bias=float(f.get("expert_bias", False)),
+            linear_layers=f.get("linear_layers", 0),
+            linear_key_heads=f.get("linear_key_heads", 0),
+            linear_value_heads=f.get("linear_value_heads", 0),
+            linear_key_head_dim=f.get("linear_key_head_dim", 0),
+            linear_value_head_dim=f.get("linear_value_head_dim", 0),
+            linear_conv_kernel=f.get("linear_conv_kernel", 0),
+            linear_state_bits=f.get("linear_state_bits", 16),
         )
         return ModelSpec(**{k: np.float64(v) for k, v in values.items()})
 
@@ -148,6 +178,36 @@ class ModelCard:
         f = self.fields
         n_kv = f.get("n_kv_heads", f["n_heads"])
         return f["n_heads"] % tp == 0 and (n_kv % tp == 0 or tp % n_kv == 0)
+
+
+def model_features(cards) -> frozenset:
+    """The evaluator's static switches these models need: "moe" (experts), "mla" (latent
+    attention), "window" (sliding-window layers), "linear" (linear-attention layers)."""
+    out = set()
+    for card in cards:
+        f = card.fields
+        if f.get("n_experts"):
+            out.add("moe")
+        if f.get("kv_lora_rank"):
+            out.add("mla")
+        if f.get("sliding_window"):
+            out.add("window")
+        if f.get("linear_layers"):
+            out.add("linear")
+    return frozenset(out)
+
+
+def _dense_layers(f: Mapping[str, Any]) -> int:
+    """Layers with a dense MLP: all of a dense model; in an MoE model the first
+    n_dense_layers (DeepSeek's first_k_dense_replace), and of the rest all but every
+    moe_layer_step-th (Llama 4's interleave_moe_layer_step, Qwen's decoder_sparse_step:
+    layer i is MoE when (i + 1) % step == 0). Only the count enters the formulas."""
+    if not f.get("n_experts"):
+        return f["n_layers"]
+    first = f.get("n_dense_layers", 0)
+    step = f.get("moe_layer_step", 1) or 1
+    moe = sum(1 for i in range(first, f["n_layers"]) if (i + 1) % step == 0)
+    return f["n_layers"] - moe
 
 
 def stack(specs: list[ModelSpec], dtype=np.float64) -> ModelSpec:
@@ -183,6 +243,49 @@ _LEARNED_POS_TYPES = {"gpt2", "opt", "gpt_bigcode"}
 _BIAS_TYPES = {"gpt2", "opt", "gpt_neox", "gptj", "bloom", "gpt_bigcode", "phi", "starcoder2"}
 
 
+def _hf_layer_pattern(config: Mapping[str, Any], model_type: str, out: dict) -> dict:
+    """What Hugging Face configs of 2025-2026 models say about their layers beyond the
+    classic keys: MoE placement and widths, shared experts, linear-attention layers,
+    attention sinks and output gates, expert biases."""
+    extra: dict[str, Any] = {}
+    step = config.get("interleave_moe_layer_step", config.get("decoder_sparse_step"))
+    if isinstance(step, int) and step > 1:
+        extra["moe_layer_step"] = step
+    shared = config.get("shared_expert_intermediate_size")
+    if isinstance(shared, int) and shared > 0 and out.get("d_ff_expert"):
+        extra["n_shared_experts"] = max(1, round(shared / out["d_ff_expert"]))
+    if model_type.startswith("llama4"):
+        # routed and shared experts of width intermediate_size; the dense layers of an
+        # interleaved model use intermediate_size_mlp
+        extra.update(d_ff_expert=config["intermediate_size"], n_shared_experts=1,
+                     d_ff=config.get("intermediate_size_mlp", config["intermediate_size"]))
+    if model_type == "gpt_oss":
+        # a learned sink logit per head; biases on q, k, v, o, the experts and the router
+        extra.update(attention_sinks=True, expert_bias=True, linear_bias=True, qkv_bias=True)
+    if config.get("attn_output_gate", model_type in {"qwen3_next"}):
+        extra["attention_output_gate"] = True
+    layer_types = config.get("layer_types")
+    interval = config.get("full_attention_interval")
+    if isinstance(layer_types, list) and "linear_attention" in layer_types:
+        extra["linear_layers"] = layer_types.count("linear_attention")
+    elif isinstance(interval, int) and interval > 0 and "linear_num_value_heads" in config:
+        n = out["n_layers"]
+        extra["linear_layers"] = n - sum(1 for i in range(n) if (i + 1) % interval == 0)
+    if extra.get("linear_layers"):
+        extra.update(linear_key_heads=config["linear_num_key_heads"],
+                     linear_value_heads=config["linear_num_value_heads"],
+                     linear_key_head_dim=config["linear_key_head_dim"],
+                     linear_value_head_dim=config["linear_value_head_dim"],
+                     linear_conv_kernel=config.get("linear_conv_kernel_dim", 4))
+        if str(config.get("mamba_ssm_dtype", "")) in {"float32", "fp32"}:
+            extra["linear_state_bits"] = 32
+    if config.get("use_qk_norm") and not model_type.startswith("llama4"):
+        extra["qk_norm"] = True  # Llama 4's is a weightless L2 norm
+    if model_type in {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text", "qwen3_5_moe"}:
+        extra["qk_norm"] = True
+    return extra
+
+
 def card_from_hf_config(config: Mapping[str, Any], file: str, name: str) -> ModelCard:
     """Translate a Hugging Face ``config.json`` into a catalogue card.
 
@@ -190,7 +293,12 @@ def card_from_hf_config(config: Mapping[str, Any], file: str, name: str) -> Mode
     biases) follow the ``model_type``: Llama/Mistral/Qwen/Mixtral/DeepSeek are gated
     RMSNorm models; GPT-2/OPT/NeoX/BLOOM/Falcon/MPT are plain LayerNorm models.
     """
-    out: dict[str, Any] = {"name": name, "long_name": config.get("_name_or_path", name),
+    if isinstance(config.get("text_config"), Mapping):  # multimodal: the language model
+        outer = config
+        config = dict(config["text_config"])
+        config.setdefault("tie_word_embeddings", outer.get("tie_word_embeddings", False))
+        config.setdefault("_name_or_path", outer.get("_name_or_path"))
+    out: dict[str, Any] = {"name": name, "long_name": config.get("_name_or_path") or name,
                            "source": file}
     for key, candidates in _HF_KEYS.items():
         for candidate in candidates:
@@ -217,11 +325,20 @@ def card_from_hf_config(config: Mapping[str, Any], file: str, name: str) -> Mode
         out["position"] = "alibi"
     out["linear_bias"] = model_type in _BIAS_TYPES
     out["qkv_bias"] = bool(config.get("attention_bias", model_type in {"qwen2", "qwen2_moe"}))
-    if model_type in {"qwen3", "qwen3_moe"}:
-        out["qk_norm"] = True
+    out.update(_hf_layer_pattern(config, model_type, out))
     window = config.get("sliding_window")
     if isinstance(window, int) and window > 0 and config.get("use_sliding_window", True):
         out["sliding_window"] = window
+        layer_types = config.get("layer_types")
+        if isinstance(layer_types, list) and layer_types:
+            out["sliding_window_layers"] = (layer_types.count("sliding_attention")
+                                            / len(layer_types))
+    chunk = config.get("attention_chunk_size")
+    if model_type.startswith("llama4") and isinstance(chunk, int) and chunk > 0:
+        # iRoPE: three of four layers attend within chunks of `chunk` tokens (bounded like a
+        # window of that size), every fourth (no RoPE) over the whole context
+        out["sliding_window"] = chunk
+        out["sliding_window_layers"] = 0.75
     for key in ("n_layers", "d_model", "n_heads", "vocab_size", "max_seq_len"):
         if key not in out:
             raise InputError(file, _HF_KEYS[key][0], "missing from the Hugging Face config",

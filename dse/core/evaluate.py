@@ -264,7 +264,7 @@ def evaluate(point, models: ModelSpec, hardware: HardwareSpec, mode: str = "infe
     integer indices into the ``models`` and ``hardware`` tables. Each output has the
     broadcast shape of the leaves it depends on (breakdown outputs lead with phase and
     component axes). ``features`` (static) switches on the parts of the model a study
-    uses: "moe", "mla", "window", "lora", "speculative", "breakdown", "pp_layout". Outputs
+    uses: "moe", "mla", "window", "linear", "lora", "speculative", "breakdown", "pp_layout". Outputs
     not named are never computed.
     """
     names = tuple(names or OUTPUTS[mode].defaults(features))

@@ -51,7 +51,8 @@ class AttentionCosts(NamedTuple):
 def _standard(m: ModelSpec, s: Shard, p: Precision, ps: Pass, window, flash) -> AttentionCosts:
     t, d, hd, a = ps.tokens, m.d_model, m.head_dim, p.act_bits
     bias = jnp.maximum(m.qkv_bias, m.linear_bias)
-    qkv = op.matmul(t, d, (s.heads + 2.0 * s.kv_heads) * hd, p.weight_bits, a, bias)
+    q_heads = s.heads * (1.0 + m.attention_output_gate)  # gated attention: q and its gate
+    qkv = op.matmul(t, d, (q_heads + 2.0 * s.kv_heads) * hd, p.weight_bits, a, bias)
     o_proj = op.matmul(t, s.heads * hd, d, p.weight_bits, a, m.linear_bias)
     per_token_kv = s.kv_heads * 2.0 * hd
 
@@ -134,3 +135,36 @@ def _masked(condition, fn):
         return Cost(jnp.where(condition, c.flops, 0.0), jnp.where(condition, c.bytes, 0.0), c.unit)
 
     return cost
+
+
+# Chunk length of the chunked delta-rule kernels (flash-linear-attention's chunk_gated_
+# delta_rule, which vLLM and SGLang run for prefill).
+DELTA_RULE_CHUNK = 64.0
+
+
+def linear_attention_costs(m: ModelSpec, s: Shard, p: Precision, ps: Pass) -> dict[str, list[Cost]]:
+    """Gated DeltaNet mixer of one layer (see params.linear_attention_params).
+
+    Per token and value head the delta rule reads the state S (dk x dv) to predict
+    v (S k), corrects it with a rank-one update, decays it, and reads it again for the
+    output (S q): about 7 dk dv FLOPs. Prefill runs the chunked form, which adds
+    attention inside each chunk of C = 64 tokens (C / 2 pairs per token on average, of
+    dk + dv per pair, 2 FLOPs each). The state (and the convolution's last inputs) is
+    read and written once per sequence per pass: a decode step streams it like a KV
+    cache that does not grow."""
+    t, d, a, w = ps.tokens, m.d_model, p.act_bits, p.weight_bits
+    tp = m.n_heads / s.heads
+    kh, vh = m.linear_key_heads / tp, m.linear_value_heads / tp
+    dk, dv = m.linear_key_head_dim, m.linear_value_head_dim
+    channels = 2.0 * kh * dk + vh * dv
+    in_proj = op.matmul(t, d, 2.0 * kh * dk + 2.0 * vh * dv + 2.0 * vh, w, a)
+    conv = op.elementwise(t * channels, 1.0, 1.0, a, 2.0 * m.linear_conv_kernel)
+    chunk = DELTA_RULE_CHUNK / 2.0 if ps.phase == "prefill" else 0.0
+    state_bytes = (vh * dk * dv * m.linear_state_bits / 8.0
+                   + channels * jnp.maximum(m.linear_conv_kernel - 1.0, 0.0) * 2.0)
+    recurrence = Cost(t * vh * (7.0 * dk * dv + 2.0 * chunk * (dk + dv)),
+                      t * (channels + vh * dv) * a / 8.0 + ps.seqs * 2.0 * state_bytes,
+                      "attention")
+    norm = op.elementwise(t * vh * dv, 2.0, 1.0, a, 6.0)  # gated RMSNorm: o, z -> o
+    out_proj = op.matmul(t, vh * dv, d, w, a)
+    return {"qkv_proj": [in_proj, conv], "attention": [recurrence, norm], "o_proj": [out_proj]}

@@ -210,8 +210,8 @@ def inference(m: ModelSpec, rates: Rates, capacity, w: Workload, par: Parallel, 
             memory.kv_cache_bytes(m, s, p, par.pp, 1.0, w.input_len, mla) + per_micro_seq)), 0.0),
         max_batch_decode=jnp.maximum(jnp.floor(room / (per_seq + memory.activation_bytes(
             m, s, p, par, 1.0, 1.0, length, o.flash))), 0.0),
-        max_batch_total_tokens=jnp.maximum(jnp.floor(room / memory.kv_cache_bytes(
-            m, s, p, par.pp, 1.0, 1.0, mla)), 0.0),
+        max_batch_total_tokens=jnp.maximum(jnp.floor(room / memory.kv_bytes_per_cached_token(
+            m, s, p, par.pp, mla)), 0.0),
         prefill_flops=_model_flops(m, p, w.batch, w.input_len, 0.0, 0.0, "prefill", rates, o,
                                    features, hints),
         decode_flops=_model_flops(m, p, w.batch, 1.0, decode_ctx, decode_ctx, "decode", rates, o,

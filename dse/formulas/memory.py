@@ -27,9 +27,12 @@ def stage_layers(m: ModelSpec, pp):
 def moe_params_per_device(m: ModelSpec, s: Shard, par: Parallel):
     """Routed experts under expert parallelism, shared experts and router of one layer."""
     local, etp, _ = expert_layout(m, par)
-    routed = local * m.mlp_matrices * m.d_model * m.d_ff_expert / etp
-    return (routed + m.n_shared_experts * m.mlp_matrices * m.d_model * s.ff_expert
-            + m.d_model * m.n_experts)
+    routed = local * (m.mlp_matrices * m.d_model * m.d_ff_expert / etp
+                      + m.expert_bias * ((m.mlp_matrices - 1.0) * m.d_ff_expert / etp + m.d_model))
+    shared = m.n_shared_experts * (m.mlp_matrices * m.d_model * s.ff_expert
+                                   + m.expert_bias * ((m.mlp_matrices - 1.0) * s.ff_expert
+                                                      + m.d_model))
+    return routed + shared + m.d_model * m.n_experts + m.expert_bias * m.n_experts
 
 
 def weight_params_per_device(m: ModelSpec, s: Shard, par: Parallel):
@@ -60,10 +63,41 @@ def cached_tokens(m: ModelSpec, length):
     return (1.0 - m.sliding_window_layers) * length + m.sliding_window_layers * windowed
 
 
+def linear_state_bytes(m: ModelSpec, s: Shard, p: Precision):
+    """Recurrent state one linear-attention layer keeps per sequence on one device, as
+    vLLM does (MambaStateShapeCalculator.gated_delta_net_state_shape): the delta-rule
+    state, Vh x dv x dk at linear_state_bits, and the convolution's last C - 1 inputs of
+    the q, k, v channels at 16 bits (the model dtype). Qwen3-Next-80B-A3B, bf16:
+    32 x 128 x 128 x 2 + 3 x 8192 x 2 = 1,097,728 bytes."""
+    tp = m.n_heads / s.heads
+    kh, vh = params.linear_heads(m, tp)
+    dk, dv = m.linear_key_head_dim, m.linear_value_head_dim
+    state = vh * dv * dk * m.linear_state_bits / 8.0
+    conv = (2.0 * kh * dk + vh * dv) * jnp.maximum(m.linear_conv_kernel - 1.0, 0.0) * 2.0
+    return state + conv
+
+
+def cache_bytes_per_layer(m: ModelSpec, s: Shard, p: Precision, seqs, length, mla: bool):
+    """What a layer keeps per device for ``seqs`` sequences of ``length`` tokens, averaged
+    over the layers: K and V (or the MLA latent) of the tokens an attention layer keeps,
+    and on the linear-attention share of a hybrid model a constant recurrent state."""
+    f = params.linear_fraction(m)
+    kv = cached_tokens(m, length) * kv_bytes_per_token(m, s, p.kv_bits, mla)
+    return seqs * ((1.0 - f) * kv + f * linear_state_bytes(m, s, p))
+
+
 def kv_cache_bytes(m: ModelSpec, s: Shard, p: Precision, pp, seqs, length, mla: bool):
-    """KV cache of ``seqs`` sequences of ``length`` tokens on a device of the heaviest stage."""
+    """KV cache (and recurrent state) of ``seqs`` sequences of ``length`` tokens on a
+    device of the heaviest stage."""
     n_stage, _, _ = stage_layers(m, pp)
-    return seqs * cached_tokens(m, length) * n_stage * kv_bytes_per_token(m, s, p.kv_bits, mla)
+    return n_stage * cache_bytes_per_layer(m, s, p, seqs, length, mla)
+
+
+def kv_bytes_per_cached_token(m: ModelSpec, s: Shard, p: Precision, pp, mla: bool):
+    """Bytes one more cached token costs a device of the heaviest stage (the attention
+    layers' K and V; a recurrent state does not grow)."""
+    n_stage, _, _ = stage_layers(m, pp)
+    return n_stage * (1.0 - params.linear_fraction(m)) * kv_bytes_per_token(m, s, p.kv_bits, mla)
 
 
 def activation_bytes(m: ModelSpec, s: Shard, p: Precision, par: Parallel, seqs, new, context,

@@ -30,8 +30,33 @@ def whole(m: ModelSpec) -> Shard:
                  vocab=m.vocab_size)
 
 
-def attention_params(m: ModelSpec, s: Shard):
-    """q, k, v, o projections (and their biases, q/k norms) of one layer.
+def linear_fraction(m: ModelSpec):
+    """Share of the layers whose mixer is linear attention (0 for plain transformers)."""
+    return m.linear_layers / m.n_layers
+
+
+def linear_heads(m: ModelSpec, tp):
+    """(key heads, value heads) of a linear-attention layer on one of tp devices."""
+    return m.linear_key_heads / tp, m.linear_value_heads / tp
+
+
+def linear_attention_params(m: ModelSpec, tp):
+    """Gated DeltaNet mixer of one layer on one of tp devices (Yang et al. 2025,
+    arXiv 2412.06464; Qwen3-Next's Qwen3NextGatedDeltaNet): a fused q, k, v, z
+    projection D -> 2 Kh dk + 2 Vh dv, the beta and decay inputs D -> 2 Vh, a causal
+    depthwise convolution of kernel C over the q, k, v channels (no bias), A_log and
+    dt_bias per value head, a gated RMSNorm over dv (shared by the heads) and the output
+    projection Vh dv -> D. Qwen3-Next-80B-A3B: 33,718,464 per layer (HF checkpoint)."""
+    kh, vh = linear_heads(m, tp)
+    dk, dv = m.linear_key_head_dim, m.linear_value_head_dim
+    d = m.d_model
+    conv_channels = 2.0 * kh * dk + vh * dv
+    return (d * (2.0 * kh * dk + 2.0 * vh * dv) + d * 2.0 * vh + conv_channels * m.linear_conv_kernel
+            + 2.0 * vh + dv + vh * dv * d)
+
+
+def full_attention_params(m: ModelSpec, s: Shard):
+    """q, k, v, o projections (and their biases, q/k norms) of one attention layer.
 
     Multi-head latent attention (DeepSeek-V2/V3, DeepSeek-AI 2024, Sec. 2.1.1) instead
     has low-rank q and kv paths: down-projections D -> q_lora and D -> kv_lora + rope
@@ -39,9 +64,10 @@ def attention_params(m: ModelSpec, s: Shard):
     (nope + rope) query and (nope + v) key/value, and the output from v_head_dim per head.
     """
     d, hd = m.d_model, m.head_dim
-    qkv_width = (s.heads + 2.0 * s.kv_heads) * hd
+    qkv_width = (s.heads * (1.0 + m.attention_output_gate) + 2.0 * s.kv_heads) * hd
     bias = jnp.maximum(m.qkv_bias, m.linear_bias) * qkv_width + m.linear_bias * d
-    standard = d * qkv_width + s.heads * hd * d + bias + 2.0 * hd * m.qk_norm
+    standard = (d * qkv_width + s.heads * hd * d + bias + 2.0 * hd * m.qk_norm
+                + s.heads * m.attention_sinks)
     qk = m.qk_nope_head_dim + m.qk_rope_head_dim
     q = jnp.where(m.q_lora_rank > 0.0,
                   d * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * s.heads * qk,
@@ -52,6 +78,14 @@ def attention_params(m: ModelSpec, s: Shard):
     return jnp.where(m.kv_lora_rank > 0.0, latent, standard)
 
 
+def attention_params(m: ModelSpec, s: Shard):
+    """The token mixer of a layer, averaged over the layers: full attention, or in a
+    hybrid model (linear_layers > 0) linear attention on that share of the layers."""
+    f = linear_fraction(m)
+    tp = m.n_heads / s.heads
+    return (1.0 - f) * full_attention_params(m, s) + f * linear_attention_params(m, tp)
+
+
 def dense_mlp_params(m: ModelSpec, ff):
     """A dense MLP of width ``ff`` (gated: 3 matrices; plain: 2), with biases if any."""
     return m.mlp_matrices * m.d_model * ff + m.linear_bias * ((m.mlp_matrices - 1.0) * ff
@@ -60,8 +94,10 @@ def dense_mlp_params(m: ModelSpec, ff):
 
 def moe_mlp_params(m: ModelSpec, s: Shard, experts):
     """``experts`` routed experts plus the shared ones, and the (replicated) router."""
+    bias = m.expert_bias * ((experts + m.n_shared_experts) * ((m.mlp_matrices - 1.0) * s.ff_expert
+                                                              + m.d_model) + m.n_experts)
     return ((experts + m.n_shared_experts) * m.mlp_matrices * m.d_model * s.ff_expert
-            + m.d_model * m.n_experts)
+            + m.d_model * m.n_experts + bias)
 
 
 def norm_params(m: ModelSpec):

@@ -36,7 +36,6 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 
 from . import memory, params, parts
-from .attention import kv_bytes_per_token
 from .transformer import end_parts, layer_parts
 from .types import PLAIN, Hints, Links, ModelSpec, Options, Parallel, Pass, Precision, Rates
 
@@ -102,7 +101,7 @@ def pipeline(m: ModelSpec, rates: Rates, links: Links, capacity, candidates, can
     s = params.whole(m)
     micro = jnp.minimum(float(n_stages), batch)
     b = batch / micro
-    layer_features = frozenset(features) & {"moe", "mla", "window"}
+    layer_features = frozenset(features) & {"moe", "mla", "window", "linear"}
     lo = input_len + 1.0
     hi = input_len + jnp.maximum(output_len - 1.0, 1.0)
     decode_pass = Pass("decode", b, 1.0, lo, hi)
@@ -145,8 +144,7 @@ def pipeline(m: ModelSpec, rates: Rates, links: Links, capacity, candidates, can
     body = (params.total_params(m) - params.embedding_params(m, s) - (1.0 - m.tied_embeddings)
             * s.vocab * m.d_model - m.norm_params * m.d_model)
     layer_bytes = body / m.n_layers * p.weight_bits / 8.0
-    kv = batch * memory.cached_tokens(m, length) * kv_bytes_per_token(m, s, p.kv_bits,
-                                                                      "mla" in features)
+    kv = memory.cache_bytes_per_layer(m, s, p, batch, length, "mla" in features)
     table = params.embedding_params(m, s) * p.weight_bits / 8.0
     head = (s.vocab * m.d_model + m.norm_params * m.d_model) * p.weight_bits / 8.0
     single = n_stages == 1

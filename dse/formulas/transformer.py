@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from . import comm, operators as op, parts
-from .attention import attention_costs
+from . import comm, operators as op, params, parts
+from .attention import attention_costs, linear_attention_costs
 from .roofline import shaped
 from .types import (PLAIN, Cost, Hints, ModelSpec, Options, Parallel, Part, Pass, Precision,
                     Rates, Shard)
@@ -99,6 +99,11 @@ def layer_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, pa
         windowed = _attention_parts(m, s, p, ps, rates, o.flash, mla, True, hints)
         f = m.sliding_window_layers
         attn = parts.combine([(1.0 - f, attn), (f, windowed)])
+    if "linear" in features:  # hybrid: linear attention on that share of the layers
+        linear = {name: parts.add(*(parts.of(c, rates) for c in cs))
+                  for name, cs in linear_attention_costs(m, s, p, ps).items()}
+        f = params.linear_fraction(m)
+        attn = parts.combine([(1.0 - f, attn), (f, linear)])
     common = dict(attn)
     common["norms"] = parts.of(op.elementwise(m.norms_per_layer * t * d, 1.0, 1.0, a, 4.0), rates)
     common["overhead"] = parts.overhead(rates.layer_overhead_s)

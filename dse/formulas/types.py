@@ -58,7 +58,19 @@ class ModelSpec:
     v_head_dim: Any
     # Sliding-window attention (sliding_window = 0: full attention)
     sliding_window: Any
-    sliding_window_layers: Any  # fraction of layers that use the window
+    sliding_window_layers: Any  # fraction of the attention layers that use the window
+    attention_sinks: Any  # 1: a learned sink logit per head (gpt-oss)
+    attention_output_gate: Any  # 1: q_proj also yields a per-head output gate (Qwen3-Next)
+    expert_bias: Any  # 1: biases on the experts' matrices and the router (gpt-oss)
+    # Linear attention (Gated DeltaNet: Qwen3-Next, Qwen3.5) mixed with full attention:
+    # linear_layers of the n_layers keep a constant recurrent state instead of a KV cache
+    linear_layers: Any
+    linear_key_heads: Any
+    linear_value_heads: Any
+    linear_key_head_dim: Any
+    linear_value_head_dim: Any
+    linear_conv_kernel: Any  # causal depthwise convolution over q, k, v
+    linear_state_bits: Any  # bits per element of the recurrent state as engines keep it
 
     def astype(self, dtype) -> "ModelSpec":
         return jax.tree_util.tree_map(lambda x: np.asarray(x, dtype=dtype), self)

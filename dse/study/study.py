@@ -18,7 +18,7 @@ from .. import checks
 from ..catalogue import calibration as calibration_files
 from ..catalogue.hardware import HardwareCard
 from ..catalogue.lookup import input_path, load_hardware, load_model, roots
-from ..catalogue.model import ModelCard
+from ..catalogue.model import ModelCard, model_features
 from ..errors import InputError
 from ..schema import knobs
 from ..schema.outputs import OUTPUTS
@@ -89,13 +89,7 @@ class Study:
     @property
     def features(self) -> frozenset:
         """Model and serving features this study uses (static switches of the evaluator)."""
-        out = set()
-        if any(c.is_moe for c in self.models):
-            out.add("moe")
-        if any(c.fields.get("kv_lora_rank") for c in self.models):
-            out.add("mla")
-        if any(c.fields.get("sliding_window") for c in self.models):
-            out.add("window")
+        out = set(model_features(self.models))
         if self.mode == "inference":
             if any(v > 0 for v in self.values("lora_rank")):
                 out.add("lora")

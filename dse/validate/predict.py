@@ -18,7 +18,7 @@ import numpy as np
 from ..catalogue import calibration as C
 from ..catalogue.hardware import stack as stack_hardware
 from ..catalogue.lookup import load_hardware
-from ..catalogue.model import stack as stack_models
+from ..catalogue.model import model_features, stack as stack_models
 from ..core.evaluator import Evaluator
 from ..schema.knobs import (OPTIMIZERS, PP_SCHEDULES, RECOMPUTE, InferencePoint,
                             TrainingPoint)
@@ -83,12 +83,7 @@ def _point(point_type, cases: list[Case], model_index: dict[str, int]):
 
 
 def _features(cases: list[Case]) -> frozenset:
-    out = set()
-    if any(c.model.is_moe for c in cases):
-        out.add("moe")
-    if any(c.model.fields.get("sliding_window") for c in cases):
-        out.add("window")
-    return frozenset(out)
+    return model_features(c.model for c in cases)
 
 
 def problem(cases: list[Case], frameworks, families, family_of: dict[str, str]) -> Problem:

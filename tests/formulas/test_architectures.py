@@ -1,0 +1,141 @@
+"""Architectures as they are built (2025-2026 open-weight models): Hugging Face configs
+read as published, parameter counts against the published totals and active counts, and
+cache bytes per token derived by hand for one GQA, one MLA, one sliding-window and one
+hybrid linear-attention model."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dse.catalogue import lookup as catalogue
+from dse.catalogue.model import card_from_hf_config, stack
+from dse.formulas.params import active_params, total_params
+
+from ..helpers import evaluate_point
+
+CONFIGS = Path(__file__).resolve().parents[1] / "data" / "hf_configs"
+NEW = ["deepseek-r1", "kimi-k2", "minimax-m2", "qwen3-32b", "qwen3-next-80b-a3b",
+       "qwen3.5-397b-a17b", "gpt-oss-20b", "gpt-oss-120b", "llama-4-scout",
+       "llama-4-maverick", "glm-4.5", "glm-4.5-air"]
+ARCHITECTURE = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
+                "vocab_size", "n_experts", "top_k", "d_ff_expert", "n_shared_experts",
+                "n_dense_layers", "moe_layer_step", "kv_lora_rank", "q_lora_rank",
+                "sliding_window", "sliding_window_layers", "linear_layers",
+                "linear_value_heads", "attention_sinks", "attention_output_gate",
+                "expert_bias", "qk_norm", "qkv_bias", "tied_embeddings")
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_the_config_json_reads_as_the_catalogue_card(name):
+    """The published config.json (tests/data/hf_configs, copies named in each card's
+    notes) read by the HF reader gives the catalogue card's architecture."""
+    card = catalogue.load_model(name)
+    read = card_from_hf_config(json.loads((CONFIGS / f"{name}.json").read_text()), "x", name)
+    for key in ARCHITECTURE:
+        assert read.fields.get(key) == card.fields.get(key), key
+    assert read.spec() == card.spec()
+
+
+def _allowed(published: float) -> float:
+    """1%, or half a unit of the last digit a rounded label quotes ("17B": 0.5B), which
+    is all a label of one or two significant figures says."""
+    digits = str(int(published)).rstrip("0")
+    unit = 10 ** (len(str(int(published))) - len(digits))
+    return max(0.01 * published, unit / 2)
+
+
+def _counts(names):
+    cards = [catalogue.load_model(n) for n in names]
+    table = stack([c.spec() for c in cards])
+    return cards, np.asarray(total_params(table)), np.asarray(active_params(table))
+
+
+def test_totals_of_the_new_models_within_one_percent_of_the_published():
+    """Each card's published_params and its source (published_params_source); parts the
+    published total includes but dse does not model (Llama 4's and Qwen3.5's vision
+    encoders) are counted from the checkpoint in published_params_other."""
+    cards, totals, _ = _counts(NEW)
+    for card, n in zip(cards, totals):
+        f = card.fields
+        assert f["published_params_source"]
+        modelled = f["published_params"] - f.get("published_params_other", 0)
+        assert abs(n - modelled) <= 0.01 * f["published_params"], (card.name, n, modelled)
+
+
+def test_exact_counts_where_the_checkpoint_gives_them():
+    """Exact sums of checkpoint tensors (HF safetensors / GGUF general.parameter_count):
+    gpt-oss-120b 116,829,156,672 and -20b 20,914,757,184 (the model card's 116.83B and
+    20.91B), Qwen3-32B 32,762,123,264, Kimi-K2 1,026,408,232,448, MiniMax-M2
+    228,689,764,864; Qwen3-Next-80B-A3B 81,324,862,720 less its 1,650,471,424-parameter
+    MTP module (mtp.* tensors); Llama-4-Maverick 401,583,781,376 less the 871,932,416 of
+    its vision encoder."""
+    exact = {"gpt-oss-120b": 116_829_156_672, "gpt-oss-20b": 20_914_757_184,
+             "qwen3-32b": 32_762_123_264, "kimi-k2": 1_026_408_232_448,
+             "minimax-m2": 228_689_764_864,
+             "qwen3-next-80b-a3b": 81_324_862_720 - 1_650_471_424,
+             "llama-4-maverick": 401_583_781_376 - 871_932_416}
+    _, totals, _ = _counts(list(exact))
+    for (name, n_exact), n in zip(exact.items(), totals):
+        assert n == pytest.approx(n_exact, rel=1e-5), name  # MiniMax q/k norms are per layer
+
+
+def test_active_counts_under_each_sources_convention():
+    """Active parameters as each source counts them (published_active_convention): all a
+    token touches, or without the input embedding (gpt-oss card: 'unembedding parameters
+    are counted towards active, but not embeddings'; DeepSeek's 36.6B 'including 0.9B for
+    the output head'), or without either table."""
+    cards, _, actives = _counts([n for n in NEW if n != "qwen3-32b"])
+    for card, n in zip(cards, actives):
+        f = card.fields
+        table = f["vocab_size"] * f["d_model"]
+        untied = 0 if f.get("tied_embeddings") else table
+        n = {"all": n, "no_input_embedding": n - table,
+             "no_embeddings": n - table - untied}[f["published_active_convention"]]
+        published = f["published_active_params"]
+        assert abs(n - published) <= _allowed(published), (card.name, n, published)
+
+
+def _kv_per_token(model, **axes):
+    """KV cache bytes per cached token, from two context lengths (a constant recurrent
+    state cancels)."""
+    base = dict(model=model, hardware="h200", batch=1, output_len=2, kv_bits=16, **axes)
+    short = evaluate_point(input_len=62_000, **base)["kv_cache_bytes"]
+    long_ = evaluate_point(input_len=126_000, **base)["kv_cache_bytes"]
+    return (long_ - short) / 64_000, short
+
+
+def test_kv_bytes_per_token_by_hand():
+    """Per token, 16-bit cache, one device:
+    - GQA, Qwen3-32B: 64 layers x 2 (K, V) x 8 kv heads x 128 x 2 B = 262,144 B;
+    - MLA, DeepSeek-R1: 61 layers x (512 latent + 64 rope) x 2 B = 70,272 B;
+    - sliding window, gpt-oss-120b: only the 18 full-attention layers grow past the
+      128-token window: 18 x 2 x 8 x 64 x 2 B = 36,864 B (the 18 windowed layers hold
+      128 tokens each: 18 x 128 x 2,048 B = 4,718,592 B);
+    - hybrid, Qwen3-Next-80B-A3B: only the 12 full-attention layers: 12 x 2 x 2 x 256 x
+      2 B = 24,576 B; its 36 Gated DeltaNet layers keep a constant state each, 32 x 128 x
+      128 x 2 B plus the convolution's 3 x 8192 x 2 B (vLLM's gated_delta_net_state_shape),
+      36 x 1,097,728 B = 39,518,208 B per sequence."""
+    assert _kv_per_token("qwen3-32b")[0] == pytest.approx(262_144, rel=1e-9)
+    assert _kv_per_token("deepseek-r1")[0] == pytest.approx(70_272, rel=1e-9)
+    per_token, short = _kv_per_token("gpt-oss-120b")
+    assert per_token == pytest.approx(36_864, rel=1e-9)
+    assert short == pytest.approx(62_002 * 36_864 + 18 * 128 * 2_048, rel=1e-9)
+    per_token, short = _kv_per_token("qwen3-next-80b-a3b")
+    assert per_token == pytest.approx(24_576, rel=1e-9)
+    assert short == pytest.approx(62_002 * 24_576 + 36 * 1_097_728, rel=1e-9)
+
+
+def test_a_hybrid_decode_step_reads_a_constant_state():
+    """Qwen3-Next-80B-A3B decode at batch 64: from 4k to 32k tokens of context the
+    per-step time grows only with the 12 attention layers' KV reads; a dense-attention
+    model of the same size per token (every layer attending) would read 4x the KV."""
+    base = dict(model="qwen3-next-80b-a3b", hardware="h200", tp=4, batch=64, output_len=2,
+                weight_bits=8)
+    short = evaluate_point(input_len=4_000, **base)
+    long_ = evaluate_point(input_len=32_000, **base)
+    grown = long_["kv_cache_bytes"] - short["kv_cache_bytes"]
+    # 64 sequences x 28,000 tokens x 24,576 B / 4 devices (2 kv heads replicated to 1 each)
+    assert grown == pytest.approx(64 * 28_000 * 12 * 2 * 1 * 256 * 2, rel=1e-9)
+    assert long_["tpot_s"] > short["tpot_s"]
