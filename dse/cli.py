@@ -204,15 +204,18 @@ def _cmd_validate(args) -> int:
     from .validate.validation import dumps_json, validate
 
     out = check_writable(args.output, "-o", None, directory=True)
+    rows = check_writable(args.rows, "--rows", None, suffixes=(".csv",)) if args.rows else None
     result = validate(args.data, calibration=args.calibration, holdout=args.holdout,
                       framework=args.framework)
     figure = result.plot(out / "validate.png")
     (out / "validate.json").write_text(dumps_json(result))
+    if rows is not None:
+        result.write_rows(rows)
     if args.json:
         print(dumps_json(result))
     else:
         print(result.table())
-        print(f"wrote {figure}, {out / 'validate.json'}")
+        print(f"wrote {figure}, {out / 'validate.json'}" + (f", {rows}" if rows else ""))
     return 0
 
 
@@ -315,6 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the statistics as JSON")
     p.add_argument("--framework", help="every row as measured with this one framework (as "
                    "calibrations/generic.toml was fitted)")
+    p.add_argument("--rows", metavar="OUT.csv", help="write one line per input row: id, kind, "
+                   "metric, measured, predicted, ape, status (scored, or why not), note")
     p.set_defaults(run=_cmd_validate)
 
     p = verbs.add_parser("calibrate", help="fit a calibration to measured runs by gradient "

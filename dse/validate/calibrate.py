@@ -14,7 +14,7 @@ import numpy as np
 from ..catalogue import calibration as C
 from . import fit as F
 from .rows import pooled, read
-from .validation import build_problem
+from .validation import build_problem, fitting
 
 
 def calibrate(data, steps: int = F.STEPS, framework: str | None = None
@@ -25,7 +25,8 @@ def calibrate(data, steps: int = F.STEPS, framework: str | None = None
     Returns (calibration with covariance, loss per Adam step).
     """
     cases, skips = read(data)
-    cases = pooled(cases, framework)
+    cases, misses = fitting(pooled(cases, framework))
+    skips = skips + misses
     prob = build_problem(cases, None)
     return F.fit(prob, steps=steps, info=dict(
         data=str(Path(data).name), rows=len(cases), skipped=len(skips),

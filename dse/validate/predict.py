@@ -132,22 +132,41 @@ def row_parameters(theta, prob: Problem):
     return base[prob.framework_index] + offset[prob.family_index]
 
 
-_NAMES = {"inference": ("ttft_s", "tpot_s", "throughput_tok_s", "reason"),
+_NAMES = {"inference": ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "n_devices", "reason"),
           "training": ("throughput_per_device_tok_s", "model_flops_per_step", "step_s",
-                       "reason")}
+                       "mfu", "n_devices", "reason")}
 
 
-def _metric(kind: str, metric: str, out: dict, point, i):
+def metric_value(kind: str, metric: str, out: dict, point, i):
+    """A published metric (dse.validate.rows.METRICS) read off the evaluator's outputs.
+
+    Latencies are means in ms (itl = tpot). Training: tokens/s of the job or per GPU,
+    model TFLOP/s per GPU and MFU count 6 N + 3 A per token (the MFU convention of
+    Chowdhery et al. 2022 that Megatron-LM and the Llama 3 report also use: attention
+    included, recomputation not), step_time_s the optimizer step."""
+    if metric == "ttft_ms":
+        return out["ttft_s"][i] * 1e3
+    if metric in ("tpot_ms", "itl_ms"):
+        return out["tpot_s"][i] * 1e3
+    if metric == "e2e_ms":
+        return out["e2e_s"][i] * 1e3
+    devices = out["n_devices"][i]
+    per = devices if metric.endswith("_per_gpu") else 1.0
+    if kind == "train":
+        if metric in ("tflops_per_gpu", "tflops_per_s_per_gpu"):
+            return out["model_flops_per_step"][i] / out["step_s"][i] / devices / 1e12
+        if metric == "mfu":
+            return out["mfu"][i]
+        if metric == "step_time_s":
+            return out["step_s"][i]
+        return out["throughput_per_device_tok_s"][i] * devices / per
     if kind == "infer_decode":
-        return point.batch[i] / out["tpot_s"][i]
+        return point.dp[i] * point.batch[i] / out["tpot_s"][i] / per
     if kind == "infer_prefill":
-        return point.batch[i] * point.input_len[i] / out["ttft_s"][i]
-    if kind == "serving_throughput":
-        return out["throughput_tok_s"][i]
-    if metric == "tflops_per_s_per_gpu":
-        return out["model_flops_per_step"][i] / out["step_s"][i] / (
-            point.tp[i] * point.pp[i] * point.dp[i]) / 1e12
-    return out["throughput_per_device_tok_s"][i]
+        return point.dp[i] * point.batch[i] * point.input_len[i] / out["ttft_s"][i] / per
+    if metric == "requests_per_s":
+        return out["throughput_tok_s"][i] / point.output_len[i]
+    return out["throughput_tok_s"][i] / per
 
 
 def predict_with_reasons(theta, prob: Problem, calibrated: bool = True):
@@ -169,7 +188,7 @@ def predict_with_reasons(theta, prob: Problem, calibrated: bool = True):
             metrics = {prob.cases[b.rows[j]].metric for j in sel}
             for m in metrics:
                 idx = np.asarray([j for j in sel if prob.cases[b.rows[j]].metric == m])
-                metric = metric.at[idx].set(_metric(kind, m, out, b.point, idx))
+                metric = metric.at[idx].set(metric_value(kind, m, out, b.point, idx))
         pred = pred.at[b.rows].set(metric)
         reason = reason.at[b.rows].set(out["reason"])
     return pred, reason

@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..catalogue.lookup import all_hardware, load_model
+from ..catalogue.lookup import all_hardware, load_model, resolve_name
 from ..errors import InputError
 from ..catalogue.model import ModelCard
 
@@ -35,15 +35,31 @@ COLUMNS = ("id", "source", "kind", "model", "n_params_b", "layers", "hidden", "h
            "tp", "pp", "dp", "ep", "precision", "batch", "input_len", "output_len", "metric",
            "value", "notes")
 KINDS = ("train", "infer_decode", "infer_prefill", "serving_throughput")
-METRICS = {"train": ("tokens_per_s_per_gpu", "tflops_per_s_per_gpu"),
-           "infer_decode": ("tokens_per_s",), "infer_prefill": ("tokens_per_s",),
-           "serving_throughput": ("output_tokens_per_s",)}
+# The metrics people publish, per kind (their readings: dse.validate.predict.metric_value).
+# Inference tokens/s count output tokens (prefill: prompt tokens); "_per_gpu" divides by
+# the devices; latencies are means in milliseconds (itl_ms = tpot_ms).
+_LATENCY = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+METRICS = {"train": ("tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
+                     "tflops_per_s_per_gpu", "mfu", "step_time_s"),
+           "infer_decode": ("tokens_per_s", "output_tokens_per_s", "tokens_per_s_per_gpu",
+                            *_LATENCY),
+           "infer_prefill": ("tokens_per_s", "tokens_per_s_per_gpu", "ttft_ms"),
+           "serving_throughput": ("output_tokens_per_s", "tokens_per_s", "tokens_per_s_per_gpu",
+                                  "requests_per_s", *_LATENCY)}
+# Why a row is not scored (``dse validate --rows``): "scored" rows are in the error
+# tables; the others are counted and listed.
+STATUSES = ("scored", "flagged", "does_not_fit", "under_load", "unknown_model",
+            "unknown_hardware", "unknown_metric", "bad_row")
+# Micro-batch of a training row that does not state one: the framework's documented
+# default (Megatron-LM / NeMo / Megatron-Bridge recipes: --micro-batch-size 1).
+DEFAULT_MICRO_BATCH = {"megatron": 1}
 
 # Framework by what the source or notes name (first match wins).
 FRAMEWORKS = (("llama.cpp", ("llama.cpp", "llama-bench", "gpu-benchmarks-on-llm-inference")),
               ("tensorrt-llm", ("tensorrt-llm", "trtllm")),
               ("vllm", ("vllm",)),
-              ("megatron", ("megatron",)),
+              ("megatron", ("megatron", "nemo", "mbridge")),
+              ("sglang", ("sglang",)),
               ("llm-foundry", ("llm-foundry", "llm_foundry")))
 
 # Bits per stored weight of GGUF types, scales included. Block formats from their
@@ -57,7 +73,7 @@ GGUF_BITS = {"f32": 32.0, "f16": 16.0, "bf16": 16.0, "q8_0": 8.5, "q6_k": 6.56, 
 # Bits of named formats: NVFP4 keeps an fp8 scale per 16 values (4 + 8/16), MXFP4 an
 # 8-bit scale per 32 (4 + 8/32).
 FORMAT_BITS = {"fp32": 32.0, "bf16": 16.0, "fp16": 16.0, "f16": 16.0, "fp8": 8.0, "int8": 8.0,
-               "nvfp4": 4.5, "mxfp4": 4.25, "fp4": 4.0, "int4": 4.0}
+               "mxfp8": 8.25, "nvfp4": 4.5, "mxfp4": 4.25, "fp4": 4.0, "int4": 4.0}
 
 # Known anomalies of the sources (data README: "flag, don't fit").
 ANOMALIES = (
@@ -83,6 +99,7 @@ class Case:
     knobs: dict[str, Any]
     n_devices: int
     flag: str = ""  # non-empty: a known anomaly, reported but not fitted
+    assumed: str = ""  # what the row did not state and dse assumed (said in the output)
 
     @property
     def model_name(self) -> str:
@@ -94,6 +111,17 @@ class Skip:
     id: str
     kind: str
     reason: str
+    status: str = "bad_row"  # one of STATUSES
+    metric: str = ""
+    measured: float = float("nan")
+
+
+class _Unscorable(ValueError):
+    """A row dse cannot score, with the status that says why."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status
 
 
 def _tokens(text: str) -> list[str]:
@@ -154,23 +182,32 @@ def precision_bits(text: str) -> dict[str, float]:
 
 
 def _model_card(row) -> ModelCard:
-    """Architecture from the row's columns; style (MLP, norm, positions, ties) from the
-    catalogue model of the same name, or of the same family."""
+    """The catalogue card the row's model names (by name, alias or Hugging Face id: its
+    full architecture), else the architecture from the row's columns, styled (MLP, norm,
+    positions, ties) after the catalogue model of the same family."""
     name = row["model"].strip().lower()
-    family = re.match(r"[a-z]+", name).group(0)
+    card_name = resolve_name("models", row["model"].strip())
+    if card_name is not None:
+        card = load_model(card_name)
+        # the run happened at its length: no context limit applies to a measured row
+        return ModelCard.from_mapping(dict(card.fields, max_seq_len=1 << 21),
+                                      card.file, card.name)
+    family = (re.match(r"[a-z]+", name) or re.match("", "")).group(0)
     style_name = {"mpt": "mpt-7b", "llama": "llama-3-8b", "qwen": "qwen2.5-7b",
                   "mistral": "mistral-7b", "gpt": "gpt-3-6.7b", "opt": "opt-6.7b"}.get(family)
-    try:
-        style = load_model(name)
-    except InputError:
-        if style_name is None:
-            raise ValueError(f"model {row['model']!r}: no catalogue model of its family "
-                             "to take the architecture style from") from None
-        style = load_model(style_name)
+    if style_name is None:
+        raise _Unscorable("unknown_model", f"model {row['model']!r}: not in the catalogue "
+                          "and no catalogue model of its family to take the style from")
+    style = load_model(style_name)
     f = {k: v for k, v in style.fields.items()
-         if k not in ("source", "notes", "published_params_source", "long_name")}
+         if k not in ("source", "notes", "published_params_source", "long_name", "aliases",
+                      "published_params_other", "published_active_convention")}
     f.update(name=name, long_name=row["model"].strip())
-    heads = _number(row, "heads", int)
+    try:
+        heads = _number(row, "heads", int)
+    except ValueError as e:
+        raise _Unscorable("unknown_model", f"model {row['model']!r}: not in the catalogue "
+                          f"and its architecture columns are incomplete ({e})") from None
     f.update(n_layers=_number(row, "layers", int), d_model=_number(row, "hidden", int),
              n_heads=heads, n_kv_heads=_number(row, "kv_heads", int, heads),
              d_ff=_number(row, "ffn", int), vocab_size=_number(row, "vocab", int))
@@ -194,50 +231,85 @@ def _framework(row) -> str:
                      f"({', '.join(n for n, _ in FRAMEWORKS)})")
 
 
-def _training_knobs(row, precision) -> dict:
+def _training_knobs(row, precision, framework: str) -> tuple[dict, str]:
+    """(knobs, what was assumed) of a training row."""
     notes = row["notes"]
     n = _number(row, "n_devices", int)
     tp, pp = _number(row, "tp", int, 1), _number(row, "pp", int, 1)
-    dp = _number(row, "dp", int, n // (tp * pp))
+    cp = re.search(r"\bCP (\d+)", notes)
+    cp = int(cp.group(1)) if cp else 1
+    dp = _number(row, "dp", int, max(n // (tp * pp * cp), 1))
     batch = _number(row, "batch", int)
-    micro = re.search(r"micro-batch (\d+)", notes)
-    micro = int(micro.group(1)) if micro else max(batch // dp, 1)
+    micro = re.search(r"micro-batch (\d+)|\bMBS (\d+)", notes)
+    assumed = ""
+    if micro:
+        micro = int(micro.group(1) or micro.group(2))
+    elif framework in DEFAULT_MICRO_BATCH:
+        micro = DEFAULT_MICRO_BATCH[framework]
+        assumed = f"micro-batch {micro} ({framework} default)"
+    else:
+        micro = max(batch // dp, 1)
+        assumed = f"micro-batch {micro} (no gradient accumulation)"
+    virtual = re.search(r"\bVP (\d+)", notes)
     zero = 3 if "FULL_SHARD" in notes else 2 if "SHARD_GRAD_OP" in notes else 0
     recompute = 2 if re.search(r"act-ckpt True", notes) else 0
     bits = precision["weight_bits"]
-    return dict(global_batch=batch, micro_batch=micro, seq_len=_number(row, "input_len", int),
-                tp=tp, pp=pp, dp=dp, ep=_number(row, "ep", int, 1), zero_stage=zero,
-                recompute=recompute, weight_bits=bits, act_bits=precision["act_bits"],
-                grad_bits=16.0, master_weight_bits=32.0, flash_attention=1.0)
+    knobs = dict(global_batch=batch, micro_batch=micro, seq_len=_number(row, "input_len", int),
+                 tp=tp, pp=pp, dp=dp, cp=cp, ep=_number(row, "ep", int, 1), zero_stage=zero,
+                 recompute=recompute, weight_bits=bits, act_bits=precision["act_bits"],
+                 grad_bits=16.0, master_weight_bits=32.0, flash_attention=1.0)
+    if virtual and pp > 1:
+        knobs["virtual_stages"] = int(virtual.group(1))
+    return knobs, assumed
+
+
+# Serving measured under a request load (arrivals at a rate, latency limits): the static
+# batch of this model cannot express it (MLPerf Server / Interactive scenarios).
+_UNDER_LOAD = re.compile(r"\b(server|interactive)\b.*poisson|poisson", re.I)
 
 
 def case(row: dict) -> Case | Skip:
     rid, kind = row["id"], row["kind"]
+    metric = row.get("metric", "")
+    try:
+        measured = float(row.get("value") or "nan")
+    except ValueError:
+        measured = float("nan")
     try:
         if kind not in KINDS:
             raise ValueError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
-        if row["metric"] not in METRICS[kind]:
-            raise ValueError(f"metric {row['metric']!r} for kind {kind} (known: "
-                             f"{', '.join(METRICS[kind])})")
+        if metric not in METRICS[kind]:
+            raise _Unscorable("unknown_metric", f"metric {metric!r} for kind {kind} (known: "
+                              f"{', '.join(METRICS[kind])})")
         measured = _number(row, "value")
         if not measured > 0:
             raise ValueError(f"value {measured} is not positive")
-        hardware = match_hardware(row["hardware"])
+        hardware = resolve_name("hardware", row["hardware"].strip()) or match_hardware(
+            row["hardware"])
         if hardware is None:
-            raise ValueError(f"hardware {row['hardware']!r} matches no single catalogue device")
+            raise _Unscorable("unknown_hardware", f"hardware {row['hardware']!r} matches no "
+                              "single catalogue device")
         precision = precision_bits(row["precision"])
         model = _model_card(row)
         framework = _framework(row)
+        if kind == "serving_throughput" and _UNDER_LOAD.search(
+                row.get("batch", "") + " " + row["notes"]):
+            raise _Unscorable("under_load", "measured under a request load with latency "
+                              "limits (not a static batch)")
         n_devices = _number(row, "n_devices", int, 1)
+        assumed = ""
         if kind == "train":
-            knobs = _training_knobs(row, precision)
+            knobs, assumed = _training_knobs(row, precision, framework)
             mode = "training"
         else:
             tp, pp = _number(row, "tp", int, 1), _number(row, "pp", int, 1)
             inp, out = _number(row, "input_len", int, 0), _number(row, "output_len", int, 0)
             # llama-bench ran without FlashAttention by default (-fa 0) in 2024
             flash = 0.0 if framework == "llama.cpp" and " -fa 1" not in row["notes"] else 1.0
-            knobs = dict(precision, tp=tp, pp=pp, dp=1, ep=_number(row, "ep", int, 1),
+            dp = _number(row, "dp", int, max(n_devices // (tp * pp), 1))
+            if not (row.get("tp") or "").strip() and n_devices > 1:
+                assumed = f"tp 1 x dp {dp} (layout not stated)"
+            knobs = dict(precision, tp=tp, pp=pp, dp=dp, ep=_number(row, "ep", int, 1),
                          memory_reserve=0.1, flash_attention=flash)
             if kind == "infer_decode":
                 knobs.update(batch=_number(row, "batch", int, 1), input_len=max(inp, 1),
@@ -254,10 +326,11 @@ def case(row: dict) -> Case | Skip:
             if (rid.startswith(prefix) and kind == k and row["hardware"] == hw
                     and row["precision"].lower().startswith(prec)):
                 flag = why
-        return Case(rid, kind, row["metric"], measured, mode, model, hardware, framework,
-                    knobs, n_devices, flag)
+        return Case(rid, kind, metric, measured, mode, model, hardware, framework,
+                    knobs, n_devices, flag, assumed)
     except (ValueError, InputError) as e:
-        return Skip(rid, kind, str(e).removeprefix("dse: error: "))
+        status = getattr(e, "status", "bad_row")
+        return Skip(rid, kind, str(e).removeprefix("dse: error: "), status, metric, measured)
 
 
 def pooled(cases: list[Case], framework: str | None) -> list[Case]:

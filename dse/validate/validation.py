@@ -21,11 +21,16 @@ import jax
 import numpy as np
 
 from ..catalogue import calibration as C
+from ..atomic import atomic_path
 from ..catalogue.lookup import roots
 from ..errors import InputError
+from ..schema.outputs import REASON_BITS
 from . import fit as F
 from .predict import Problem, predict_with_reasons, problem
-from .rows import Case, Skip, pooled, read
+from .rows import STATUSES, Case, Skip, pooled, read
+
+# Columns of ``dse validate --rows OUT.csv``.
+ROW_COLUMNS = ("id", "kind", "metric", "measured", "predicted", "ape", "status", "note")
 
 METHODS = ("calibrated", "roofline", "leave_one_hardware_out", "leave_one_model_out")
 
@@ -46,6 +51,25 @@ def build_problem(cases: list[Case], cal: C.Calibration | None) -> Problem:
                                    if c.hardware in C.FAMILY_OF))
     family_of = dict(C.FAMILY_OF, **(cal.family_of if cal else {}))
     return problem(cases, frameworks, families, family_of)
+
+
+def fitting(cases: list[Case]) -> tuple[list[Case], list[Skip]]:
+    """(rows whose configuration fits in memory, the others as ``does_not_fit`` misses).
+
+    A configuration that ran for real but that dse says does not fit is a miss of the
+    memory model: it is reported, never predicted at a smaller batch. Memory does not
+    depend on the calibration, so this is decided once, before any fit."""
+    if not cases:
+        return cases, []
+    prob = build_problem(cases, None)
+    with jax.enable_x64(True):
+        _, reasons = predict_with_reasons(F.start(prob).theta, prob, calibrated=False)
+    oom = (np.asarray(reasons) & REASON_BITS["oom"]) != 0
+    keep = [c for c, o in zip(prob.cases, oom) if not o]
+    misses = [Skip(c.id, c.kind, "dse says this configuration does not fit in memory; it "
+                   "ran", "does_not_fit", c.metric, c.measured)
+              for c, o in zip(prob.cases, oom) if o]
+    return keep, misses
 
 
 def calibration_vector(prob: Problem, cal: C.Calibration | None) -> np.ndarray:
@@ -116,15 +140,59 @@ class Validation:
                     ape=abs(pred / c.measured - 1.0) * 100.0, flag=c.flag,
                     infeasible=int(self.reasons[i]))
 
+    def statuses(self) -> dict[str, int]:
+        """Rows per status (dse.validate.rows.STATUSES), every input row counted once."""
+        counts = dict.fromkeys(STATUSES, 0)
+        counts["scored"] = int((~self.flagged).sum())
+        counts["flagged"] = int(self.flagged.sum())
+        for s in self.skips:
+            counts[s.status] += 1
+        return counts
+
+    def rows(self) -> list[dict]:
+        """One record per input row: id, kind, metric, measured, predicted (calibrated),
+        ape (%), status, and what was assumed or why it is not scored."""
+        out = []
+        for i, c in enumerate(self.cases):
+            pred = float(self.predictions["calibrated"][i])
+            out.append(dict(id=c.id, kind=c.kind, metric=c.metric, measured=c.measured,
+                            predicted=pred, ape=abs(pred / c.measured - 1.0) * 100.0,
+                            status="flagged" if c.flag else "scored",
+                            note=c.flag or c.assumed))
+        for s in self.skips:
+            out.append(dict(id=s.id, kind=s.kind, metric=s.metric, measured=s.measured,
+                            predicted=float("nan"), ape=float("nan"), status=s.status,
+                            note=s.reason))
+        return out
+
+    def write_rows(self, path) -> Path:
+        """``--rows OUT.csv``: :meth:`rows` as CSV, written atomically."""
+        import csv
+        import io
+
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=ROW_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        for r in self.rows():
+            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v)
+                             for k, v in r.items()})
+        with atomic_path(path) as tmp:
+            Path(tmp).write_text(buffer.getvalue())
+        return Path(path)
+
     def to_json(self) -> dict:
         return dict(data=self.data, calibration=self.calibration, rows=len(self.cases),
-                    stats=self.stats(), worst=self.worst(),
+                    statuses=self.statuses(), stats=self.stats(), worst=self.worst(),
                     flagged=[self._row(i, "calibrated") for i in np.flatnonzero(self.flagged)],
+                    assumed={c.id: c.assumed for c in self.cases if c.assumed},
                     skipped=[dataclasses.asdict(s) for s in self.skips])
 
     def table(self, n_worst: int = 10) -> str:
-        lines = [f"{self.data}: {len(self.cases)} rows predicted, {len(self.skips)} not "
-                 f"expressible, {int(self.flagged.sum())} flagged anomalies (not scored)",
+        counts = self.statuses()
+        total = sum(counts.values())
+        lines = [f"{self.data}: {total} rows: "
+                 + ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+                 + f" ({100.0 * counts['scored'] / max(total, 1):.1f}% scored)",
                  f"calibration: {self.calibration}", "",
                  f"{'kind':<20} {'method':<24} {'n':>4} {'median APE':>11} {'p90 APE':>9} "
                  f"{'<=10%':>6} {'<=25%':>6}"]
@@ -222,7 +290,8 @@ def validate(data, calibration=None, holdout: bool = False, steps: int = F.STEPS
     one framework (``generic``: the calibration studies get by default).
     """
     cases, skips = read(data)
-    cases = pooled(cases, framework)
+    cases, misses = fitting(pooled(cases, framework))
+    skips = skips + misses
     if not cases:
         raise InputError(str(data), "rows", "no row is expressible",
                          "rows of the kinds " + ", ".join(("train", "infer_decode",

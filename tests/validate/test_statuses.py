@@ -1,0 +1,128 @@
+"""`dse validate` scores everything it is given: published metrics of every kind, models
+by catalogue name or Hugging Face id, every row with a status (--rows), nothing dropped."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+from dse.cli import main
+from dse.validate import validate
+from dse.validate.rows import COLUMNS, STATUSES
+
+BLANK = dict.fromkeys(COLUMNS, "")
+
+
+def _row(**kw) -> dict:
+    return dict(BLANK, **kw)
+
+
+TRT = "NVIDIA/TensorRT-LLM perf-overview"
+DECODE = dict(kind="infer_decode", source="llama.cpp llama-bench", hardware="H100-SXM5-80GB",
+              n_devices="1", precision="bf16", batch="4", input_len="512", output_len="128",
+              notes="-fa 1")
+ROWS = [
+    # one decode run read three ways: tokens/s, per-token latency, end to end
+    _row(id="dec-toks", model="meta-llama/Meta-Llama-3-8B", metric="tokens_per_s",
+         value="150", **DECODE),
+    _row(id="dec-tpot", model="meta-llama/Meta-Llama-3-8B", metric="tpot_ms", value="25",
+         **DECODE),
+    _row(id="dec-itl", model="Llama-3-8B", metric="itl_ms", value="25", **DECODE),
+    # serving on 8 GPUs: the system's tokens/s and per GPU, requests/s
+    *[_row(id=f"srv-{m}", kind="serving_throughput", source=TRT, model="openai/gpt-oss-20b",
+           hardware="h200", n_devices="8", tp="8", precision="fp8", input_len="1000",
+           output_len="1000", metric=m, value=v)
+      for m, v in (("output_tokens_per_s", "20000"), ("tokens_per_s_per_gpu", "2500"),
+                   ("requests_per_s", "20"))],
+    # training at scale, micro-batch not stated: Megatron-LM's default is assumed
+    *[_row(id=f"train-{m}", kind="train", source="Megatron-Bridge performance summary",
+           model="Llama-3-70B", hardware="h100-sxm", n_devices="64", tp="8", pp="8",
+           precision="bf16", batch="128", input_len="4096", metric=m, value=v)
+      for m, v in (("tokens_per_s_per_gpu", "400"), ("tokens_per_s", "25600"),
+                   ("tflops_per_gpu", "400"), ("mfu", "0.4"), ("step_time_s", "40"))],
+    # what cannot be scored, each with its status
+    _row(id="metric", model="Llama-3-8B", metric="joules_per_token", value="1", **{
+        k: v for k, v in DECODE.items()}),
+    _row(id="hw", model="Llama-3-8B", **dict(DECODE, hardware="Ascend 910B"),
+         metric="tokens_per_s", value="10"),
+    _row(id="model", model="Nemotron-4-340B", **DECODE, metric="tokens_per_s", value="10"),
+    _row(id="oom", model="Llama-2-70B", **dict(DECODE, hardware="l4"), metric="tokens_per_s",
+         value="1"),
+    _row(id="load", kind="serving_throughput", source=TRT, model="Llama-2-70B",
+         hardware="h100-sxm", n_devices="8", tp="8", precision="fp8", batch="server (Poisson)",
+         output_len="300", metric="output_tokens_per_s", value="20000"),
+]
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    path = tmp_path_factory.mktemp("v") / "rows.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(ROWS)
+    return path, validate(path, holdout=False)
+
+
+def _pred(v, rid):
+    return {r["id"]: r for r in v.rows()}[rid]["predicted"]
+
+
+def test_metrics_are_read_consistently(result):
+    """Identities derived by hand between readings of one run: decode tokens/s x
+    TPOT = batch; ITL is TPOT; a system's tokens/s is per-GPU tokens/s x GPUs; requests/s
+    = output tokens/s / output length; training tokens/s = per GPU x 64 GPUs and = global
+    batch x sequence / step time."""
+    _, v = result
+    assert _pred(v, "dec-toks") * _pred(v, "dec-tpot") / 1e3 == pytest.approx(4.0, rel=1e-9)
+    assert _pred(v, "dec-itl") == pytest.approx(_pred(v, "dec-tpot"), rel=1e-12)
+    assert _pred(v, "srv-output_tokens_per_s") == pytest.approx(
+        8 * _pred(v, "srv-tokens_per_s_per_gpu"), rel=1e-9)
+    assert _pred(v, "srv-requests_per_s") == pytest.approx(
+        _pred(v, "srv-output_tokens_per_s") / 1000, rel=1e-9)
+    per_gpu, job = _pred(v, "train-tokens_per_s_per_gpu"), _pred(v, "train-tokens_per_s")
+    assert job == pytest.approx(64 * per_gpu, rel=1e-9)
+    assert job * _pred(v, "train-step_time_s") == pytest.approx(128 * 4096, rel=1e-9)
+    assert 0 < _pred(v, "train-mfu") < 1
+
+
+def test_catalogue_models_bring_their_architecture(result):
+    """A row naming a catalogue card or Hugging Face id needs no architecture columns
+    (the decode rows above have none): it runs on the card, here the 8B's 32 layers."""
+    _, v = result
+    case = next(c for c in v.cases if c.id == "dec-toks")
+    assert case.model.name == "llama-3-8b" and case.model.fields["n_layers"] == 32
+    assert case.hardware == "h100-sxm"
+
+
+def test_every_row_has_a_status_and_the_assumptions_are_said(result, tmp_path):
+    path, v = result
+    status = {r["id"]: r["status"] for r in v.rows()}
+    assert len(status) == len(ROWS)
+    assert {status[k] for k in status if k.startswith(("dec", "srv", "train"))} == {"scored"}
+    assert (status["metric"], status["hw"], status["model"], status["oom"], status["load"]) == (
+        "unknown_metric", "unknown_hardware", "unknown_model", "does_not_fit", "under_load")
+    counts = v.statuses()
+    assert set(counts) == set(STATUSES) and sum(counts.values()) == len(ROWS)
+    assert next(c for c in v.cases if c.id == "train-mfu").assumed == \
+        "micro-batch 1 (megatron default)"
+    out = tmp_path / "r.csv"
+    assert main(["validate", str(path), "--no-holdout", "-o", str(tmp_path / "o"),
+                 "--rows", str(out)]) == 0
+    lines = list(csv.DictReader(out.open()))
+    assert [k for k in lines[0]] == ["id", "kind", "metric", "measured", "predicted", "ape",
+                                     "status", "note"]
+    assert {r["id"]: r["status"] for r in lines} == status
+    scored = [r for r in lines if r["status"] == "scored"]
+    assert all(np.isfinite(float(r["ape"])) for r in scored)
+
+
+def test_a_bad_rows_path_is_refused_before_the_work(result, tmp_path, capsys):
+    path, _ = result
+    assert main(["validate", str(path), "--no-holdout", "-o", str(tmp_path / "o"),
+                 "--rows", str(tmp_path / "r.txt")]) == 2
+    err = capsys.readouterr().err
+    assert "--rows" in err and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()
