@@ -54,6 +54,7 @@ def _aliases(kind: str, signature: tuple) -> dict[str, str]:
     changed catalogue root gives a fresh index)."""
     load = _load_hardware_file if kind == "hardware" else _load_model_file
     index: dict[str, str] = {}
+    tails: dict[str, set[str]] = {}
     for name, path in signature:
         for alias in [name] + list(load(path).fields.get("aliases", [])):
             key = normalized(alias)
@@ -61,6 +62,11 @@ def _aliases(kind: str, signature: tuple) -> dict[str, str]:
                 raise InputError(path, "aliases", f"{alias!r} also names {index[key]!r}",
                                  "aliases that name one card")
             index[key] = name
+            if "/" in alias:  # a Hugging Face id without its organization
+                tails.setdefault(normalized(alias.rsplit("/", 1)[1]), set()).add(name)
+    for key, names in tails.items():
+        if key not in index and len(names) == 1:
+            index[key] = names.pop()
     return index
 
 

@@ -53,10 +53,14 @@ STATUSES = ("scored", "flagged", "does_not_fit", "under_load", "unknown_model",
 # Micro-batch of a training row that does not state one: the framework's documented
 # default (Megatron-LM / NeMo / Megatron-Bridge recipes: --micro-batch-size 1).
 DEFAULT_MICRO_BATCH = {"megatron": 1}
+# Megatron-Core's performance recipes shard the optimizer over data parallelism
+# (--use-distributed-optimizer: ZeRO-1) and run sequence parallelism with tensor
+# parallelism; a row that does not say otherwise ran so.
+DEFAULT_DISTRIBUTED_OPTIMIZER = {"megatron"}
 
 # Framework by what the source or notes name (first match wins).
 FRAMEWORKS = (("llama.cpp", ("llama.cpp", "llama-bench", "gpu-benchmarks-on-llm-inference")),
-              ("tensorrt-llm", ("tensorrt-llm", "trtllm")),
+              ("tensorrt-llm", ("tensorrt-llm", "trtllm", "tensorrt")),
               ("vllm", ("vllm",)),
               ("megatron", ("megatron", "nemo", "mbridge")),
               ("sglang", ("sglang",)),
@@ -100,6 +104,7 @@ class Case:
     n_devices: int
     flag: str = ""  # non-empty: a known anomaly, reported but not fitted
     assumed: str = ""  # what the row did not state and dse assumed (said in the output)
+    layout_stated: bool = True  # False: tp x dp over n_devices is for dse to choose
 
     @property
     def model_name(self) -> str:
@@ -252,12 +257,19 @@ def _training_knobs(row, precision, framework: str) -> tuple[dict, str]:
         assumed = f"micro-batch {micro} (no gradient accumulation)"
     virtual = re.search(r"\bVP (\d+)", notes)
     zero = 3 if "FULL_SHARD" in notes else 2 if "SHARD_GRAD_OP" in notes else 0
+    sequence_parallel = False
+    if zero == 0 and framework in DEFAULT_DISTRIBUTED_OPTIMIZER:
+        zero, sequence_parallel = 1, tp > 1
+        assumed = "; ".join(filter(None, (assumed, "distributed optimizer (ZeRO-1)"
+                                          + (" and sequence parallelism" if tp > 1 else "")
+                                          + f" ({framework} default)")))
     recompute = 2 if re.search(r"act-ckpt True", notes) else 0
     bits = precision["weight_bits"]
     knobs = dict(global_batch=batch, micro_batch=micro, seq_len=_number(row, "input_len", int),
                  tp=tp, pp=pp, dp=dp, cp=cp, ep=_number(row, "ep", int, 1), zero_stage=zero,
                  recompute=recompute, weight_bits=bits, act_bits=precision["act_bits"],
-                 grad_bits=16.0, master_weight_bits=32.0, flash_attention=1.0)
+                 grad_bits=16.0, master_weight_bits=32.0, flash_attention=1.0,
+                 sequence_parallel=sequence_parallel)
     if virtual and pp > 1:
         knobs["virtual_stages"] = int(virtual.group(1))
     return knobs, assumed
@@ -307,8 +319,7 @@ def case(row: dict) -> Case | Skip:
             # llama-bench ran without FlashAttention by default (-fa 0) in 2024
             flash = 0.0 if framework == "llama.cpp" and " -fa 1" not in row["notes"] else 1.0
             dp = _number(row, "dp", int, max(n_devices // (tp * pp), 1))
-            if not (row.get("tp") or "").strip() and n_devices > 1:
-                assumed = f"tp 1 x dp {dp} (layout not stated)"
+            layout_stated = bool((row.get("tp") or "").strip()) or n_devices == 1
             knobs = dict(precision, tp=tp, pp=pp, dp=dp, ep=_number(row, "ep", int, 1),
                          memory_reserve=0.1, flash_attention=flash)
             if kind == "infer_decode":
@@ -327,7 +338,8 @@ def case(row: dict) -> Case | Skip:
                     and row["precision"].lower().startswith(prec)):
                 flag = why
         return Case(rid, kind, metric, measured, mode, model, hardware, framework,
-                    knobs, n_devices, flag, assumed)
+                    knobs, n_devices, flag, assumed,
+                    layout_stated if mode == "inference" else True)
     except (ValueError, InputError) as e:
         status = getattr(e, "status", "bad_row")
         return Skip(rid, kind, str(e).removeprefix("dse: error: "), status, metric, measured)

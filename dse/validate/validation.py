@@ -22,7 +22,7 @@ import numpy as np
 
 from ..catalogue import calibration as C
 from ..atomic import atomic_path
-from ..catalogue.lookup import roots
+from ..catalogue.lookup import load_hardware, roots
 from ..errors import InputError
 from ..schema.outputs import REASON_BITS
 from . import fit as F
@@ -61,15 +61,50 @@ def fitting(cases: list[Case]) -> tuple[list[Case], list[Skip]]:
     depend on the calibration, so this is decided once, before any fit."""
     if not cases:
         return cases, []
+    cases = _choose_layouts(cases)
+    oom = _oom(cases)
+    keep = [c for c, o in zip(cases, oom) if not o]
+    misses = [Skip(c.id, c.kind, "dse says this configuration does not fit in memory; it "
+                   "ran", "does_not_fit", c.metric, c.measured)
+              for c, o in zip(cases, oom) if o]
+    return keep, misses
+
+
+def _oom(cases: list[Case]) -> np.ndarray:
     prob = build_problem(cases, None)
     with jax.enable_x64(True):
         _, reasons = predict_with_reasons(F.start(prob).theta, prob, calibrated=False)
-    oom = (np.asarray(reasons) & REASON_BITS["oom"]) != 0
-    keep = [c for c, o in zip(prob.cases, oom) if not o]
-    misses = [Skip(c.id, c.kind, "dse says this configuration does not fit in memory; it "
-                   "ran", "does_not_fit", c.metric, c.measured)
-              for c, o in zip(prob.cases, oom) if o]
-    return keep, misses
+    return (np.asarray(reasons) & REASON_BITS["oom"]) != 0
+
+
+# Tensor-parallel degrees tried for a multi-device row that does not state its layout.
+_TP_CHOICES = (1, 2, 4, 8)
+
+
+def _choose_layouts(cases: list[Case]) -> list[Case]:
+    """A multi-device inference row without its layout runs at the smallest tensor
+    parallelism (of 1, 2, 4, 8, within a node, dividing the devices) at which the model
+    fits, the rest data-parallel: what a throughput run picks. Said in ``assumed``."""
+    free = [i for i, c in enumerate(cases) if not c.layout_stated]
+    if not free:
+        return cases
+    options = []
+    for i in free:
+        c = cases[i]
+        node = int(load_hardware(c.hardware).fields["devices_per_node"])
+        tps = [t for t in _TP_CHOICES if c.n_devices % t == 0 and t <= node] or [1]
+        options += [(i, dataclasses.replace(c, knobs=dict(c.knobs, tp=t, pp=1,
+                                                          dp=c.n_devices // t)), t)
+                    for t in tps]
+    oom = _oom([o[1] for o in options])
+    out = list(cases)
+    for i in free:
+        mine = [(o[2], o[1]) for o, bad in zip(options, oom) if o[0] == i and not bad]
+        t, chosen = mine[0] if mine else [(o[2], o[1]) for o in options if o[0] == i][-1]
+        out[i] = dataclasses.replace(chosen, assumed="; ".join(filter(None, (
+            chosen.assumed, f"tp {t} x dp {chosen.n_devices // t} (layout not stated: the "
+            "smallest tp that fits)"))))
+    return out
 
 
 def calibration_vector(prob: Problem, cal: C.Calibration | None) -> np.ndarray:
