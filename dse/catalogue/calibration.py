@@ -67,11 +67,44 @@ FAMILIES = {
     "nvidia-ampere-geforce": ("rtx-3070", "rtx-3080", "rtx-3080-ti", "rtx-3090"),
     "nvidia-ada": ("l4", "l40s", "rtx-4000-ada", "rtx-5000-ada", "rtx-6000-ada"),
     "nvidia-ada-geforce": ("rtx-4070-ti", "rtx-4080", "rtx-4090"),
-    "nvidia-hopper": ("h100-sxm", "h100-pcie", "h100-nvl", "h200"),
+    "nvidia-hopper": ("h100-sxm", "h100-pcie", "h100-nvl", "h200", "h200-nvl", "h20", "gh200"),
     "nvidia-blackwell": ("b200", "b300", "gb200", "gb300"),
+    "nvidia-blackwell-pro": ("rtx-pro-6000-blackwell-server",),
     "nvidia-blackwell-geforce": ("rtx-5090",),
+    "amd-cdna": ("mi250x", "mi300x", "mi325x", "mi355x"),
+    "other-accelerator": ("gaudi2", "gaudi3", "inferentia2", "trainium1", "trainium2",
+                          "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e"),
+    "apple": ("m1", "m1-pro", "m1-max", "m1-ultra", "m2", "m2-pro", "m2-max", "m2-ultra",
+              "m3", "m3-pro", "m3-max", "m3-ultra", "m4", "m4-pro", "m4-max"),
+    "cpu": ("epyc-9654", "xeon-8480"),
 }
 FAMILY_OF = {hw: fam for fam, members in FAMILIES.items() for hw in members}
+
+# A family a calibration has no data for takes the offset of the nearest family it has:
+# the generation before (Blackwell -> Hopper -> Ampere), the same class of device
+# (datacenter HBM accelerators -> Hopper; workstation and consumer cards -> Ada), never
+# the framework's base alone. Chains are tried in order; docs/validation.md explains.
+NEAREST = {
+    "nvidia-blackwell": ("nvidia-hopper", "nvidia-ampere"),
+    "nvidia-blackwell-pro": ("nvidia-ada", "nvidia-blackwell", "nvidia-hopper"),
+    "nvidia-blackwell-geforce": ("nvidia-ada-geforce", "nvidia-ampere-geforce"),
+    "nvidia-hopper": ("nvidia-blackwell", "nvidia-ampere"),
+    "nvidia-ada": ("nvidia-ampere", "nvidia-hopper"),
+    "nvidia-ada-geforce": ("nvidia-ampere-geforce", "nvidia-ada"),
+    "nvidia-ampere": ("nvidia-hopper", "nvidia-ada"),
+    "nvidia-ampere-geforce": ("nvidia-ada-geforce", "nvidia-ampere"),
+    "amd-cdna": ("nvidia-hopper", "nvidia-ampere"),
+    "other-accelerator": ("nvidia-hopper", "nvidia-ampere"),
+    "apple": ("nvidia-ada-geforce", "nvidia-ampere-geforce"),
+    "cpu": ("nvidia-ada-geforce", "nvidia-ampere-geforce"),
+}
+
+
+def nearest_family(family: str | None, fitted) -> str | None:
+    """``family`` if a calibration fitted it, else the nearest one it fitted, else None."""
+    if family is None or family in fitted:
+        return family
+    return next((f for f in NEAREST.get(family, ()) if f in fitted), None)
 
 
 def to_unconstrained(name: str, value):
@@ -122,10 +155,26 @@ class Calibration:
             raise InputError(self.file, "framework", f"{framework!r} has no calibration",
                              ", ".join(self.frameworks))
         z = self.base[self.frameworks.index(framework)].copy()
-        family = self.family_of.get(hardware)
-        if family in self.families:
+        family = self.family_used(hardware)
+        if family is not None:
             z = z + self.offset[self.families.index(family)]
         return z
+
+    def family_of_hardware(self, hardware: str) -> str | None:
+        return self.family_of.get(hardware, FAMILY_OF.get(hardware))
+
+    def family_used(self, hardware: str) -> str | None:
+        """The fitted family whose offset ``hardware`` gets (its own or the nearest)."""
+        return nearest_family(self.family_of_hardware(hardware), self.families)
+
+    def fallback(self, hardware: str) -> str | None:
+        """A line when ``hardware`` runs on another family's fit (None when on its own)."""
+        own, used = self.family_of_hardware(hardware), self.family_used(hardware)
+        if own == used:
+            return None
+        if used is None:
+            return f"{hardware}: no calibrated family near {own or 'its family'}; framework base"
+        return f"{hardware}: {own} has no calibration data; uses the nearest, {used}"
 
 
 def from_unconstrained_all(z, xp=np):

@@ -42,10 +42,15 @@ def calibration_attrs(study: Study) -> dict:
     """The calibration a study ran under: file, framework and each device's values."""
     if study.calibration is None:
         return {"calibration": "none (plain roofline: an upper bound, every efficiency 1)"}
-    return {"calibration": study.calibration.file, "calibration_framework": study.framework,
-            "calibration_values": json.dumps({
-                c.name: study.calibration.values(study.framework, c.name)
-                for c in study.hardware})}
+    out = {"calibration": study.calibration.file, "calibration_framework": study.framework,
+           "calibration_values": json.dumps({
+               c.name: study.calibration.values(study.framework, c.name)
+               for c in study.hardware})}
+    fallbacks = [line for c in study.hardware
+                 if (line := study.calibration.fallback(c.name)) is not None]
+    if fallbacks:
+        out["calibration_fallback"] = "; ".join(fallbacks)
+    return out
 
 
 def coords(study: Study) -> dict:

@@ -90,7 +90,10 @@ def calibration_line(ds: xr.Dataset) -> str:
         return ("numbers: plain roofline, an upper bound (every efficiency 1.0; "
                 "calibration = \"none\")")
     framework = ds.attrs.get("calibration_framework", "")
-    return f"numbers: calibrated ({_short(calibration)}, framework {framework})"
+    line = f"numbers: calibrated ({_short(calibration)}, framework {framework})"
+    if ds.attrs.get("calibration_fallback"):
+        line += f"\n  no calibration data for: {ds.attrs['calibration_fallback']}"
+    return line
 
 
 def _short(path: str) -> str:

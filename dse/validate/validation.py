@@ -118,8 +118,9 @@ def calibration_vector(prob: Problem, cal: C.Calibration | None) -> np.ndarray:
         if fw in cal.frameworks:
             base[i] = cal.base[cal.frameworks.index(fw)]
     for g, fam in enumerate(prob.families):
-        if fam in cal.families:
-            offset[g] = cal.offset[cal.families.index(fam)]
+        near = C.nearest_family(fam, cal.families)
+        if near is not None:
+            offset[g] = cal.offset[cal.families.index(near)]
     return np.concatenate([base.ravel(), offset.ravel()])
 
 

@@ -4,6 +4,8 @@ called an upper bound."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import dse
@@ -60,3 +62,20 @@ def test_none_with_a_framework_is_bad_input(tmp_path, capsys):
     study.write_text(TEXT.format(head='calibration = "none"\nframework = "tensorrt-llm"'))
     assert main(["sweep", str(study), "-o", str(tmp_path / "o.nc")]) == 2
     assert "study.framework" in capsys.readouterr().err
+
+
+def test_a_device_without_calibration_data_takes_the_nearest_family():
+    """No public row ran on a B200, an MI300X or an M2 Ultra: they take the offsets of
+    the nearest calibrated family (Blackwell and AMD's HBM accelerators: Hopper; Apple:
+    consumer Ada), say so in the attrs and the summary, and never the framework base
+    alone."""
+    text = TEXT.replace('hardware = "h100-sxm"',
+                        'hardware = ["h100-sxm", "b200", "mi300x", "m2-ultra", "rtx-4090"]')
+    ds = dse.sweep(parse_study(text.format(head=""), "<c>"), progress=False)
+    values = json.loads(ds.attrs["calibration_values"])
+    assert values["b200"] == values["h100-sxm"] == values["mi300x"]
+    assert values["m2-ultra"] == values["rtx-4090"]
+    fallback = ds.attrs["calibration_fallback"]
+    assert "b200: nvidia-blackwell has no calibration data; uses the nearest, nvidia-hopper" \
+        in fallback and "m2-ultra: apple" in fallback and "h100-sxm" not in fallback
+    assert "no calibration data for: b200" in sweep_summary(ds, 1.0)

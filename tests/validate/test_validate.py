@@ -129,8 +129,10 @@ def test_calibration_file_round_trip(tmp_path):
     np.testing.assert_allclose(again.theta, cal.theta, rtol=1e-12)
     np.testing.assert_allclose(again.covariance, cal.covariance, rtol=1e-12)
     assert again.values("tensorrt-llm", "h200") == pytest.approx(cal.values("tensorrt-llm", "h200"))
-    # a device of no known family gets the framework's base values
-    assert cal.values("llama.cpp", "tpu-v5e") == pytest.approx(
+    # a device of a family with no data gets the nearest fitted family's values (a TPU:
+    # Hopper's); one of no family at all (a user's own hardware file) the framework base
+    assert cal.values("llama.cpp", "tpu-v5e") == cal.values("llama.cpp", "h100-sxm")
+    assert cal.values("llama.cpp", "my-own-chip") == pytest.approx(
         dict(zip(C.NAMES, C.from_unconstrained_all(cal.base[cal.frameworks.index("llama.cpp")]))))
 
 
