@@ -9,6 +9,7 @@ Run: python benchmarks/bench_search.py
 
 from __future__ import annotations
 
+import re
 import time
 
 from dse.search import search
@@ -19,7 +20,10 @@ BASE = load_study("studies/search-serving.toml").text
 
 def variant(**keys) -> str:
     extra = "\n".join(f"{k} = {v}" for k, v in keys.items())
-    return BASE.replace("n_trials = 300", f'storage = ":memory:"\nexhaustive = false\n{extra}')
+    out = re.sub(r"n_trials = \d+.*", f'storage = ":memory:"\nexhaustive = false\n{extra}', BASE,
+                 count=1)
+    assert "exhaustive = false" in out
+    return out
 
 
 RUNS = {

@@ -105,6 +105,7 @@ class Case:
     flag: str = ""  # non-empty: a known anomaly, reported but not fitted
     assumed: str = ""  # what the row did not state and dse assumed (said in the output)
     layout_stated: bool = True  # False: tp x dp over n_devices is for dse to choose
+    source: str = ""  # the publication the row comes from (its id's leading letters)
 
     @property
     def model_name(self) -> str:
@@ -339,10 +340,16 @@ def case(row: dict) -> Case | Skip:
                 flag = why
         return Case(rid, kind, metric, measured, mode, model, hardware, framework,
                     knobs, n_devices, flag, assumed,
-                    layout_stated if mode == "inference" else True)
+                    layout_stated if mode == "inference" else True, source_of(rid))
     except (ValueError, InputError) as e:
         status = getattr(e, "status", "bad_row")
         return Skip(rid, kind, str(e).removeprefix("dse: error: "), status, metric, measured)
+
+
+def source_of(row_id: str) -> str:
+    """The publication a row comes from: its id's leading letters ("foundry_...",
+    "trtllm-v1.0-...", "mlperf-v5.1-...": data/README.md names each)."""
+    return re.match(r"[a-z]*", row_id.lower()).group(0) or row_id
 
 
 def pooled(cases: list[Case], framework: str | None) -> list[Case]:

@@ -297,17 +297,19 @@ def _folds(prob: Problem, key) -> tuple[list[str], np.ndarray]:
 
 
 def holdout_predictions(prob: Problem, steps: int = F.STEPS) -> dict[str, np.ndarray]:
-    """Leave-one-hardware-out and leave-one-model-out predictions of every row: for each
-    device (model), fit on the other rows and predict its rows. One vmapped fit."""
-    hw_names, hw_inc = _folds(prob, lambda c: c.hardware)
-    model_names, model_inc = _folds(prob, lambda c: c.model_name)
-    includes = np.concatenate([hw_inc, model_inc])
+    """Leave-one-hardware-out, leave-one-model-out and leave-one-source-out predictions
+    of every row: for each device (model, publication), fit on the other rows and predict
+    its rows. One vmapped fit."""
+    groups = (("leave_one_hardware_out", lambda c: c.hardware),
+              ("leave_one_model_out", lambda c: c.model_name),
+              ("leave_one_source_out", lambda c: c.source))
+    folds = [(method, *_folds(prob, key)) for method, key in groups]
+    includes = np.concatenate([inc for _, _, inc in folds])
     theta, _ = F.fit_folds(prob, includes, steps)
     out = {}
+    offsets = np.cumsum([0] + [len(names) for _, names, _ in folds])
     with jax.enable_x64(True):
-        for method, names, inc, offset in (
-                ("leave_one_hardware_out", hw_names, hw_inc, 0),
-                ("leave_one_model_out", model_names, model_inc, len(hw_names))):
+        for (method, names, inc), offset in zip(folds, offsets):
             pred = np.empty(prob.size)
             for k in range(len(names)):
                 held = ~inc[k]

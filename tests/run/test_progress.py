@@ -62,7 +62,15 @@ def test_a_bar_on_a_terminal(verb, unit, tmp_path):
     out = tmp_path / ("r.nc" if verb != "search" else "s.nc")
     shown = _run_on_a_terminal([verb, str(study), "-o", str(out)], tmp_path)
     assert "bars:" in shown and "%|" in shown and unit in shown, shown[-500:]
-    quiet = _run_on_a_terminal([verb, str(study), "-o", str(out), "--no-progress"], tmp_path)
+
+
+def test_no_progress_hides_the_bar_on_a_terminal(tmp_path):
+    """--no-progress on the cheapest verb (search and sensitivity hand the same flag to the
+    same dse.run.progress.bar)."""
+    study = tmp_path / "bars.toml"
+    study.write_text(STUDY)
+    quiet = _run_on_a_terminal(["sweep", str(study), "-o", str(tmp_path / "r.nc"),
+                                "--no-progress"], tmp_path)
     assert "%|" not in quiet
 
 

@@ -207,7 +207,7 @@ def test_cli_validate_public_with_holdouts(tmp_path, capsys):
     stats = json.loads(capsys.readouterr().out)["stats"]
     for kind in stats.values():
         assert set(kind) == {"calibrated", "roofline", "leave_one_hardware_out",
-                             "leave_one_model_out"}
+                             "leave_one_model_out", "leave_one_source_out"}
 
 
 @pytest.mark.parametrize("argv, needle", [
