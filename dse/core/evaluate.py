@@ -131,7 +131,7 @@ def _evaluate_inference(p: InferencePoint, models: ModelSpec, hardware: Hardware
     out = inference(
         m, rates, capacity, Workload(p.batch, p.input_len, p.output_len, p.prefill_chunk),
         Parallel(p.tp, p.pp, p.dp, p.ep), precision,
-        Options(p.flash_attention, p.lora_rank, p.lora_adapters),
+        Options(p.flash_attention, p.lora_rank, p.lora_adapters, p.moe_imbalance),
         Speculation(draft, p.draft_len, p.acceptance_rate),
         Power(hw.tdp_w, hw.price_usd_per_s * price_scale(p), p.power_static, p.power_compute,
               p.power_memory, p.power_network), features, names, XLA_CPU)
@@ -195,7 +195,8 @@ def _evaluate_training(p: TrainingPoint, models: ModelSpec, hardware: HardwareSp
                p.first_stage_layers, p.last_stage_layers),
         Bits(p.weight_bits, p.grad_bits, p.master_weight_bits, p.act_bits, p.optimizer),
         Schedule(p.zero_stage, p.recompute, p.flash_attention, p.dropout, p.tp_overlap,
-                 p.dp_overlap, p.pp_overlap, p.pp_schedule), features, names, XLA_CPU)
+                 p.dp_overlap, p.pp_overlap, p.pp_schedule, p.moe_imbalance), features, names,
+        XLA_CPU)
     out["reason"] = training_reasons(m, p, dp, global_batch, out["fits"])
     out["valid"] = out["reason"] == 0
     return out

@@ -431,7 +431,8 @@ def _layer_train_shares(m, s, p: Precision, lay: Layout, job: Job, bits: Bits, s
     ps = Pass("prefill", job.micro_batch, job.seq_len / lay.cp, 0.0, lay.cp - 1.0, 1.0)
     par = Parallel(lay.tp, lay.pp, lay.dp, lay.ep)
     layer_features = frozenset(features) - {"lora", "speculative", "breakdown"}
-    dense, moe = layer_parts(m, s, p, ps, rates, par, Options(sch.flash, 0.0, 1.0),
+    dense, moe = layer_parts(m, s, p, ps, rates, par, Options(sch.flash, 0.0, 1.0,
+                                                            sch.moe_imbalance),
                              layer_features, hints)
     out = {share: [] for share in shares}
     for fwd in (dense, moe):

@@ -117,7 +117,11 @@ def layer_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, pa
         return dense, {}
 
     local, etp, group = expert_layout(m, par)
-    rows = t * group * m.top_k / par.ep
+    # Under expert parallelism the device holding the busiest expert (moe_imbalance x the
+    # mean tokens, the rest of its experts at the mean) sets the step: its rows are
+    # 1 + (imbalance - 1) / (experts per device) times the mean device's.
+    skew = jnp.where(par.ep > 1.0, 1.0 + (o.moe_imbalance - 1.0) / jnp.maximum(local, 1.0), 1.0)
+    rows = t * group * m.top_k / par.ep * skew
     hit = local * (1.0 - (1.0 - m.top_k / jnp.maximum(m.n_experts, 1.0)) ** (t * group))
     routed = _mlp(m, rows, m.d_ff_expert / etp, hit, p, 0.0)
     expert_rates = shaped(flat, rows / jnp.maximum(hit, 1.0))  # rows per expert in use

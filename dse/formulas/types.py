@@ -178,6 +178,7 @@ class Options(NamedTuple):
     flash: Any  # 1: FlashAttention, 0: materialized scores
     lora_rank: Any
     lora_adapters: Any
+    moe_imbalance: Any = 1.0  # max over mean tokens per expert (1: balanced routing)
 
 
 class Workload(NamedTuple):
@@ -243,6 +244,7 @@ class Schedule(NamedTuple):
     dp_overlap: Any
     pp_overlap: Any
     pp_schedule: Any = 0.0  # 0 1F1B (interleaved when virtual > 1), 1 GPipe, 2 ZB-H1, 3 DualPipe
+    moe_imbalance: Any = 1.0  # max over mean tokens per expert (1: balanced routing)
 
 
 @jax.tree_util.register_dataclass

@@ -34,6 +34,7 @@ KINDS = {
     "compute_bits": "one of 4, 8, 16, 32",
     "fraction": "a number in (0, 1]",
     "scale": "a positive number",
+    "ratio1": "a number >= 1",
     "flag": "true or false",
     "zero": "a ZeRO stage: 0, 1, 2 or 3",
     "seconds0": "a number of seconds >= 0 (0: none)",
@@ -96,6 +97,9 @@ class InferencePoint:
                                   "memory_scale")
     memory_reserve: Any = knob(0.1, "reserve", "memory fraction kept for the framework and "
                                "fragmentation; default 0.1 = vLLM's gpu_memory_utilization 0.9")
+    moe_imbalance: Any = knob(1.0, "ratio1", "max over mean tokens per expert (MoE; 1: "
+                              "balanced); under expert parallelism the busiest expert's device "
+                              "sets the step")
     quant_group_size: Any = knob(128, "int0", "weights per 16-bit scale in sub-8-bit formats "
                                  "(0: no scales)", "elements")
     flash_attention: Any = knob(True, "flag", "fused attention (no score matrix in memory)")
@@ -134,6 +138,9 @@ class TrainingPoint:
                    "ignores it)", "devices")
     cp: Any = knob(1, "int", "context-parallel degree (ring attention over the sequence)",
                    "devices")
+    moe_imbalance: Any = knob(1.0, "ratio1", "max over mean tokens per expert (MoE; 1: "
+                              "balanced); under expert parallelism the busiest expert's device "
+                              "sets the step")
     num_devices: Any = knob(0, "int0", "devices in the job; dp = num_devices / (tp pp cp) "
                             "(0: use dp)", "devices")
     sequence_parallel: Any = knob(False, "flag", "sequence parallelism (Korthikanti et al. "

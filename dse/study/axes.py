@@ -84,6 +84,8 @@ def check_scalar(value: Any, kind: str, file, key: str) -> Any:
         raise InputError(file, key, f"value {value!r} is not valid", allowed)
     if kind == "fraction" and not 0 < value <= 1:
         raise InputError(file, key, f"value {value!r} is not valid", allowed)
+    if kind == "ratio1" and not value >= 1:
+        raise InputError(file, key, f"value {value!r} is not valid", allowed)
     if kind == "scale" and not value > 0:
         raise InputError(file, key, f"value {value!r} is not valid", allowed)
     return value
