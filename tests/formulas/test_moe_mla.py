@@ -107,33 +107,31 @@ ep = [1, 2, 16]
 
 
 def test_expert_imbalance_sets_the_step_under_expert_parallelism():
-    """moe_imbalance = max / mean tokens per expert. DeepSeek-V3 over tp 8 x dp 32 with
-    ep 256 holds one expert per device, so the busiest device runs imbalance x the mean
-    rows: a prefill of 256 x 2000 tokens per replica gathers t x group x top_k / ep =
-    512,000 x 32 x 8 / 256 = 512,000 rows per device (group = ep etp / tp = 32, etp = 1),
-    and imbalance 2 adds their gate, up and down projections once more: 58 MoE layers x 2
-    x 512,000 x 7168 x 2048 x 3 FLOPs. Without expert parallelism every device sees every
-    token and the imbalance changes nothing."""
+    """moe_imbalance = max / mean tokens per expert. Mixtral-8x7B over tp 8 with ep 8
+    holds one expert per device (etp = tp dp / ep = 1, group = ep etp / tp = 1), so the
+    busiest device runs imbalance x the mean rows: a prefill of 64 x 2000 tokens routes
+    t x group x top_k / ep = 128,000 x 2 / 8 = 32,000 rows to each device, and imbalance 2
+    adds their gate, up and down projections once more: 32 layers x 2 x 32,000 x 4096 x
+    14336 x 3 FLOPs. Without expert parallelism every device sees every token and the
+    imbalance changes nothing."""
     ds = sweep_text("""
 [study]
 dtype = "float64"
 [output]
 breakdown = true
 [axes]
-model = "deepseek-v3"
-hardware = "h200"
+model = "mixtral-8x7b"
+hardware = "h100-sxm"
 tp = 8
-dp = 32
-ep = [1, 256]
-batch = 256
+ep = [1, 8]
+batch = 64
 input_len = 2000
 output_len = 2
-weight_bits = 8
 moe_imbalance = [1.0, 2.0]
 """)
     moe = ds["component_flops"].sel(component="moe", phase="prefill")
-    extra = moe.sel(ep=256, moe_imbalance=2.0) - moe.sel(ep=256, moe_imbalance=1.0)
-    assert float(extra) == pytest.approx(58 * 2 * 512_000 * 7168 * 2048 * 3, rel=2e-4)
+    extra = moe.sel(ep=8, moe_imbalance=2.0) - moe.sel(ep=8, moe_imbalance=1.0)
+    assert float(extra) == pytest.approx(32 * 2 * 32_000 * 4096 * 14336 * 3, rel=2e-4)
     assert float(moe.sel(ep=1, moe_imbalance=2.0)) == float(moe.sel(ep=1, moe_imbalance=1.0))
-    ttft = ds["ttft_s"].sel(ep=256)
+    ttft = ds["ttft_s"].sel(ep=8)
     assert float(ttft.sel(moe_imbalance=2.0)) > float(ttft.sel(moe_imbalance=1.0))
