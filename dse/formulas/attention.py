@@ -23,7 +23,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax.numpy as jnp
 
-from . import operators as op
+from . import operators as op, params
 from .types import Cost, ModelSpec, Pass, Precision, Shard
 
 
@@ -153,8 +153,7 @@ def linear_attention_costs(m: ModelSpec, s: Shard, p: Precision, ps: Pass) -> di
     read and written once per sequence per pass: a decode step streams it like a KV
     cache that does not grow."""
     t, d, a, w = ps.tokens, m.d_model, p.act_bits, p.weight_bits
-    tp = m.n_heads / s.heads
-    kh, vh = m.linear_key_heads / tp, m.linear_value_heads / tp
+    kh, vh = params.linear_heads(m, params.shard_degree(m, s))
     dk, dv = m.linear_key_head_dim, m.linear_value_head_dim
     channels = 2.0 * kh * dk + vh * dv
     in_proj = op.matmul(t, d, 2.0 * kh * dk + 2.0 * vh * dv + 2.0 * vh, w, a)

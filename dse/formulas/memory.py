@@ -69,8 +69,7 @@ def linear_state_bytes(m: ModelSpec, s: Shard, p: Precision):
     state, Vh x dv x dk at linear_state_bits, and the convolution's last C - 1 inputs of
     the q, k, v channels at 16 bits (the model dtype). Qwen3-Next-80B-A3B, bf16:
     32 x 128 x 128 x 2 + 3 x 8192 x 2 = 1,097,728 bytes."""
-    tp = m.n_heads / s.heads
-    kh, vh = params.linear_heads(m, tp)
+    kh, vh = params.linear_heads(m, params.shard_degree(m, s))
     dk, dv = m.linear_key_head_dim, m.linear_value_head_dim
     state = vh * dv * dk * m.linear_state_bits / 8.0
     conv = (2.0 * kh * dk + vh * dv) * jnp.maximum(m.linear_conv_kernel - 1.0, 0.0) * 2.0

@@ -35,6 +35,11 @@ def linear_fraction(m: ModelSpec):
     return m.linear_layers / m.n_layers
 
 
+def shard_degree(m: ModelSpec, s: Shard):
+    """The tensor-parallel degree a shard was cut at (query heads whole / per device)."""
+    return m.n_heads / s.heads
+
+
 def linear_heads(m: ModelSpec, tp):
     """(key heads, value heads) of a linear-attention layer on one of tp devices."""
     return m.linear_key_heads / tp, m.linear_value_heads / tp
@@ -82,7 +87,7 @@ def attention_params(m: ModelSpec, s: Shard):
     """The token mixer of a layer, averaged over the layers: full attention, or in a
     hybrid model (linear_layers > 0) linear attention on that share of the layers."""
     f = linear_fraction(m)
-    tp = m.n_heads / s.heads
+    tp = shard_degree(m, s)
     return (1.0 - f) * full_attention_params(m, s) + f * linear_attention_params(m, tp)
 
 
