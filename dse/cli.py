@@ -201,12 +201,17 @@ def _cmd_models(args) -> int:
 
 
 def _cmd_validate(args) -> int:
-    from .validate.validation import dumps_json, validate
+    from .validate.validation import HOLDOUTS, dumps_json, validate
 
     out = check_writable(args.output, "-o", None, directory=True)
     rows = check_writable(args.rows, "--rows", None, suffixes=(".csv",)) if args.rows else None
+    by = tuple(b.strip() for b in args.holdout_by.split(",") if b.strip())
+    bad = [b for b in by if b not in HOLDOUTS]
+    if bad or not by:
+        raise InputError("--holdout-by", args.holdout_by, "unknown fold "
+                         f"{bad[0] if bad else '(none)'}", ", ".join(HOLDOUTS))
     result = validate(args.data, calibration=args.calibration, holdout=args.holdout,
-                      framework=args.framework)
+                      framework=args.framework, holdout_by=by)
     figure = result.plot(out / "validate.png")
     (out / "validate.json").write_text(dumps_json(result))
     if rows is not None:
@@ -310,9 +315,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("data", help="CSV in the schema of measured_public.csv")
     p.add_argument("--calibration", help="calibration .toml (default: the shipped "
                    "calibrations/public.toml)")
-    p.add_argument("--holdout", action=argparse.BooleanOptionalAction, default=True,
-                   help="refit without each device and each model and predict them "
-                   "(default: on)")
+    p.add_argument("--holdout", action=argparse.BooleanOptionalAction, default=False,
+                   help="also refit without each device, model and source and predict them "
+                   "(one vmapped fit per fold: minutes on the public set; default: off)")
+    p.add_argument("--holdout-by", default="hardware,model,source", metavar="LIST",
+                   help="which leave-one-out folds --holdout runs, from hardware, model, "
+                   "source (default: %(default)s)")
     p.add_argument("-o", "--output", default="results/validate",
                    help="directory for validate.png and validate.json (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print the statistics as JSON")

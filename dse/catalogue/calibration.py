@@ -11,6 +11,10 @@ attention_efficiency  achieved fraction of peak in the attention kernels
 hbm_efficiency        achieved fraction of the memory bandwidth
 link_efficiency       achieved fraction of the link bandwidth in collectives
 layer_overhead_s      fixed seconds per layer per forward pass (launches, sync)
+step_overhead_s       host seconds per serving-engine step (scheduling, sampling,
+                      input preparation), whatever the batch (inference only)
+seq_overhead_s        host seconds per running sequence per engine step (block
+                      tables, sampling, detokenization: grows with the batch)
 ====================  =========================================================
 
 Parameters live in an unconstrained space (logits for fractions, logs for the
@@ -47,14 +51,18 @@ PARAMS = {
     "hbm_efficiency": ("logit", 1.0, "1", "achieved fraction of memory bandwidth"),
     "link_efficiency": ("logit", 1.0, "1", "achieved fraction of link bandwidth"),
     "layer_overhead_s": ("log", 0.0, "s", "fixed seconds per layer per forward pass"),
+    "step_overhead_s": ("log", 0.0, "s", "host seconds per serving-engine step"),
+    "seq_overhead_s": ("log", 0.0, "s", "host seconds per running sequence per engine step"),
 }
 NAMES = tuple(PARAMS)
 # Where a fit starts (and what its weak prior pulls toward): typical values for
 # tuned kernels on GPUs (cuBLAS reaches ~70-80% of peak on large GEMMs; streaming
 # kernels ~80% of HBM bandwidth; NCCL bus bandwidth ~80% of link; a few kernel
-# launches of ~5 us per layer).
+# launches of ~5 us per layer; a serving engine's host step of a few hundred us, with a
+# few us per running sequence).
 START = {"gemm_efficiency": 0.7, "gemm_half_rows": 64.0, "attention_efficiency": 0.5,
-         "hbm_efficiency": 0.8, "link_efficiency": 0.8, "layer_overhead_s": 20e-6}
+         "hbm_efficiency": 0.8, "link_efficiency": 0.8, "layer_overhead_s": 20e-6,
+         "step_overhead_s": 200e-6, "seq_overhead_s": 2e-6}
 
 
 # Hardware families (architecture generation; GeForce parts apart, since their tensor
@@ -73,7 +81,8 @@ FAMILIES = {
     "nvidia-blackwell-geforce": ("rtx-5090",),
     "amd-cdna": ("mi250x", "mi300x", "mi325x", "mi355x"),
     "other-accelerator": ("gaudi2", "gaudi3", "inferentia2", "trainium1", "trainium2",
-                          "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e"),
+                          "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "ascend-910b",
+                          "arc-pro-b60"),
     "apple": ("m1", "m1-pro", "m1-max", "m1-ultra", "m2", "m2-pro", "m2-max", "m2-ultra",
               "m3", "m3-pro", "m3-max", "m3-ultra", "m4", "m4-pro", "m4-max"),
     "cpu": ("epyc-9654", "xeon-8480"),

@@ -47,6 +47,8 @@ class HardwareSpec:
     hbm_efficiency: Any = dataclasses.field(default=1.0, metadata=dict(calibration=True))
     link_efficiency: Any = dataclasses.field(default=1.0, metadata=dict(calibration=True))
     layer_overhead_s: Any = dataclasses.field(default=0.0, metadata=dict(calibration=True))
+    step_overhead_s: Any = dataclasses.field(default=0.0, metadata=dict(calibration=True))
+    seq_overhead_s: Any = dataclasses.field(default=0.0, metadata=dict(calibration=True))
 
 
 # Parameters a chip architect can vary (the ``hw_param`` dimension of sensitivities).

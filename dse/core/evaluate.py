@@ -54,7 +54,8 @@ def achieved_rates(hw: HardwareSpec, point, weight_bits, kv_bits, act_bits) -> R
         intra_bw_bytes_per_s=hw.intra_bw_bytes_per_s * link, intra_latency_s=hw.intra_latency_s,
         inter_bw_bytes_per_s=hw.inter_bw_bytes_per_s * link, inter_latency_s=hw.inter_latency_s,
         devices_per_node=hw.devices_per_node, gemm_half_rows=hw.gemm_half_rows,
-        layer_overhead_s=hw.layer_overhead_s)
+        layer_overhead_s=hw.layer_overhead_s, step_overhead_s=hw.step_overhead_s,
+        seq_overhead_s=hw.seq_overhead_s)
 
 
 def price_scale(p: InferencePoint):
@@ -144,8 +145,11 @@ def training_reasons(m: ModelSpec, p: TrainingPoint, dp, global_batch, fits):
     micro_batches = global_batch / (p.micro_batch * dp)
     interleaved = p.virtual_stages > 1.0
     v = p.virtual_stages
-    # Uneven stages (Megatron-LM's TransformerConfig checks): a given end's layers divide
-    # by v; the rest divide evenly over the other stages, and each of those shares by v
+    # Uneven stages (Megatron-LM's TransformerConfig checks): the rest divide evenly over
+    # the other stages, and each of those shares by v. An end's layers need not divide by
+    # v: Megatron-Core's --pipeline-model-parallel-layout places any number of layers in
+    # each virtual stage (the recipes that account the embedding and the loss as pipeline
+    # layers leave an end chunk one layer short)
     first, last = p.first_stage_layers, p.last_stage_layers
     uneven = (first > 0.0) | (last > 0.0)
     rest_stages = p.pp - jnp.where(first > 0.0, 1.0, 0.0) - jnp.where(last > 0.0, 1.0, 0.0)
@@ -154,8 +158,7 @@ def training_reasons(m: ModelSpec, p: TrainingPoint, dp, global_batch, fits):
     rest_ok = jnp.where(rest_stages > 0.0,
                         (rest > 0.0) & _divides(rest_stages, rest) & _divides(v, share),
                         rest == 0.0)
-    ends_ok = ((first == 0.0) | _divides(v, first)) & ((last == 0.0) | _divides(v, last))
-    uneven_bad = uneven & ((p.pp == 1.0) | ~rest_ok | ~ends_ok)
+    uneven_bad = uneven & ((p.pp == 1.0) | ~rest_ok)
     # Schedules: GPipe, ZB-H1 and DualPipe have no virtual stages; DualPipe needs an even
     # pp and an even number of micro-batches >= 2 pp (deepseek-ai/DualPipe asserts both)
     schedule = p.pp_schedule

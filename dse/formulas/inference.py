@@ -23,6 +23,11 @@ Speculative decoding (Leviathan et al. 2023): a draft model proposes k = draft_l
 tokens (k decode steps of the draft), the target verifies k + 1 positions in one pass,
 and with per-token acceptance rate a the expected tokens per target pass are
 E = (1 - a^(k+1)) / (1 - a) (their Eq. 1), so TPOT = (k T_draft + T_verify) / E.
+
+Serving engines spend host time on every step (scheduling, input preparation,
+sampling; vLLM and SGLang overlap part of it, llama.cpp little): a calibrated
+``step_overhead_s + seq_overhead_s x batch`` per prefill chunk and per decode step (per
+speculative round), in the ``overhead`` component. Both are 0 in the plain roofline.
 """
 
 from __future__ import annotations
@@ -117,12 +122,26 @@ def _decode(m, s, p, w: Workload, b, micro, rates, par, o, features, hints,
     return merged, parts.where(on, speculative_sum, plain_sum), jnp.where(on, 1.0 / tokens, 1.0)
 
 
+def _with_host(phase: dict, phase_sum, seconds):
+    """A phase's parts and sum with ``seconds`` of host time added to its overhead (time
+    only: no FLOPs, bytes or roofline side behind it)."""
+    over = phase.get("overhead", parts.ZERO)
+    return (dict(phase, overhead=over._replace(time_s=over.time_s + seconds)),
+            phase_sum._replace(time_s=phase_sum.time_s + seconds))
+
+
 def _timings(m, s, p, w: Workload, rates, par, o, features, hints, spec):
     micro = jnp.minimum(par.pp, w.batch)
     b = w.batch / micro
     prefill, prefill_sum, chunk = _prefill(m, s, p, w, b, micro, rates, par, o, features, hints)
     decode, decode_sum, steps_per_token = _decode(m, s, p, w, b, micro, rates, par, o,
                                                   features, hints, spec)
+    # The serving engine's host work per step (scheduling, input preparation, sampling):
+    # a fixed part and a part per running sequence, once per prefill chunk and once per
+    # decode step (a speculative round yields 1 / steps_per_token tokens).
+    host = rates.step_overhead_s + rates.seq_overhead_s * w.batch
+    prefill, prefill_sum = _with_host(prefill, prefill_sum, host * w.input_len / chunk)
+    decode, decode_sum = _with_host(decode, decode_sum, host * steps_per_token)
     # what every full-grid output derives from
     prefill_sum = parts.settled(prefill_sum, hints)  # its time is TTFT
     ttft, (tpot,) = prefill_sum.time_s, hints.once(decode_sum.time_s)

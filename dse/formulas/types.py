@@ -82,8 +82,8 @@ class Rates(NamedTuple):
     Compute rates are per arithmetic unit: ``gemm`` runs weight matmuls at the width of
     max(weight, activation) bits, ``attention`` at max(activation, KV) bits, ``vector``
     (norms, activation functions) on the 32-bit vector path. Each is the dense peak of
-    that width x what-if scale x efficiency. ``gemm_half_rows`` and ``layer_overhead_s``
-    come from a calibration (see :func:`dse.formulas.roofline.shaped`); their defaults
+    that width x what-if scale x efficiency. ``gemm_half_rows``, ``layer_overhead_s`` and
+    the engine-step overheads come from a calibration (see :func:`dse.formulas.roofline.shaped`); their defaults
     (0) give the plain roofline.
     """
 
@@ -98,6 +98,8 @@ class Rates(NamedTuple):
     devices_per_node: Any
     gemm_half_rows: Any = 0.0  # GEMM rows at which a matmul reaches half the gemm rate
     layer_overhead_s: Any = 0.0  # fixed seconds per layer per pass (kernel launches, sync)
+    step_overhead_s: Any = 0.0  # host seconds per engine step (scheduler, sampling; inference)
+    seq_overhead_s: Any = 0.0  # host seconds per running sequence per engine step
 
     def flops_per_s(self, unit: str):
         """The compute rate of arithmetic ``unit`` ("gemm", "attention" or "vector")."""

@@ -48,7 +48,7 @@ METRICS = {"train": ("tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
                                   "requests_per_s", *_LATENCY)}
 # Why a row is not scored (``dse validate --rows``): "scored" rows are in the error
 # tables; the others are counted and listed.
-STATUSES = ("scored", "flagged", "does_not_fit", "under_load", "unknown_model",
+STATUSES = ("scored", "flagged", "does_not_fit", "infeasible", "under_load", "unknown_model",
             "unknown_hardware", "unknown_metric", "bad_row")
 # Micro-batch of a training row that does not state one: the framework's documented
 # default (Megatron-LM / NeMo / Megatron-Bridge recipes: --micro-batch-size 1).
@@ -77,7 +77,8 @@ GGUF_BITS = {"f32": 32.0, "f16": 16.0, "bf16": 16.0, "q8_0": 8.5, "q6_k": 6.56, 
 # Bits of named formats: NVFP4 keeps an fp8 scale per 16 values (4 + 8/16), MXFP4 an
 # 8-bit scale per 32 (4 + 8/32).
 FORMAT_BITS = {"fp32": 32.0, "bf16": 16.0, "fp16": 16.0, "f16": 16.0, "fp8": 8.0, "int8": 8.0,
-               "mxfp8": 8.25, "nvfp4": 4.5, "mxfp4": 4.25, "fp4": 4.0, "int4": 4.0}
+               "mxfp8": 8.25, "nvfp4": 4.5, "mxfp4": 4.25, "fp4": 4.0, "int4": 4.0,
+               "uint4": 4.0}
 
 # Known anomalies of the sources (data README: "flag, don't fit").
 ANOMALIES = (
@@ -105,6 +106,7 @@ class Case:
     flag: str = ""  # non-empty: a known anomaly, reported but not fitted
     assumed: str = ""  # what the row did not state and dse assumed (said in the output)
     layout_stated: bool = True  # False: tp x dp over n_devices is for dse to choose
+    recompute_stated: bool = True  # False (training): the least recomputation that fits
     source: str = ""  # the publication the row comes from (its id's leading letters)
 
     @property
@@ -182,8 +184,9 @@ def precision_bits(text: str) -> dict[str, float]:
     kv = found[-1][1] if " kv" in t else (w if w >= 8.0 else 16.0)
     # The compute dtype: FP8/INT8 and the FP4 formats run their GEMMs at their width;
     # INT4 is weight-only (dequantized to 16 bits).
-    compute = 8.0 if w == 8.0 else 4.0 if 4.0 < w < 5.0 or w == 4.0 and "int4" not in t else (
-        16.0 if w <= 16.0 else 32.0)
+    # (MXFP8 is an 8-bit format: its 8.25 bits count the shared scales.)
+    compute = 8.0 if 8.0 <= w < 9.0 else 4.0 if 4.0 < w < 5.0 or w == 4.0 and "int4" not in t \
+        else (16.0 if w <= 16.0 else 32.0)
     return dict(weight_bits=w, act_bits=compute, kv_bits=kv, quant_group_size=0.0)
 
 
@@ -228,16 +231,25 @@ def _model_card(row) -> ModelCard:
     return ModelCard.from_mapping(f, f"{row['id']}", name)
 
 
+# A row that names none of FRAMEWORKS (an in-house or vendor stack) runs under this one:
+# the pooled calibration of no framework in particular, said in the output.
+NO_FRAMEWORK = "generic"
+
+
 def _framework(row) -> str:
     text = (row["source"] + " " + row["notes"]).lower()
     for name, keys in FRAMEWORKS:
         if any(k in text for k in keys):
             return name
-    raise ValueError("no known framework named in source or notes "
-                     f"({', '.join(n for n, _ in FRAMEWORKS)})")
+    return NO_FRAMEWORK
 
 
-def _training_knobs(row, precision, framework: str) -> tuple[dict, str]:
+# A training row that says which recomputation it ran with.
+_RECOMPUTE_STATED = re.compile(r"act-ckpt (True|False)|recompute[^;,]*(full|selective|none)"
+                               r"|(full|selective|no) (activation )?recomput", re.I)
+
+
+def _training_knobs(row, precision, framework: str, model_layers) -> tuple[dict, str]:
     """(knobs, what was assumed) of a training row."""
     notes = row["notes"]
     n = _number(row, "n_devices", int)
@@ -253,18 +265,31 @@ def _training_knobs(row, precision, framework: str) -> tuple[dict, str]:
     elif framework in DEFAULT_MICRO_BATCH:
         micro = DEFAULT_MICRO_BATCH[framework]
         assumed = f"micro-batch {micro} ({framework} default)"
+    elif pp > 1:
+        micro = 1
+        assumed = "micro-batch 1 (pipelined; not stated)"
     else:
         micro = max(batch // dp, 1)
         assumed = f"micro-batch {micro} (no gradient accumulation)"
     virtual = re.search(r"\bVP (\d+)", notes)
-    zero = 3 if "FULL_SHARD" in notes else 2 if "SHARD_GRAD_OP" in notes else 0
+    fsdp = re.search(r"\bFSDP (\d+)", notes)
+    stage = re.search(r"\bZeRO-(\d)", notes)
+    zero = 3 if "FULL_SHARD" in notes or (fsdp and int(fsdp.group(1)) > 1) else (
+        2 if "SHARD_GRAD_OP" in notes else int(stage.group(1)) if stage else 0)
     sequence_parallel = False
     if zero == 0 and framework in DEFAULT_DISTRIBUTED_OPTIMIZER:
         zero, sequence_parallel = 1, tp > 1
         assumed = "; ".join(filter(None, (assumed, "distributed optimizer (ZeRO-1)"
                                           + (" and sequence parallelism" if tp > 1 else "")
                                           + f" ({framework} default)")))
+    # llm-foundry's "act-ckpt True" is full recomputation; a row that states no level
+    # (_RECOMPUTE_STATED) leaves the choice to dse (validation._choose_layouts: the
+    # least that fits)
     recompute = 2 if re.search(r"act-ckpt True", notes) else 0
+    if re.search(r"recompute[^;,]*full|full recomput", notes, re.I):
+        recompute = 2
+    elif re.search(r"selective recomput|recompute[^;,]*selective", notes, re.I):
+        recompute = 1
     bits = precision["weight_bits"]
     knobs = dict(global_batch=batch, micro_batch=micro, seq_len=_number(row, "input_len", int),
                  tp=tp, pp=pp, dp=dp, cp=cp, ep=_number(row, "ep", int, 1), zero_stage=zero,
@@ -272,8 +297,32 @@ def _training_knobs(row, precision, framework: str) -> tuple[dict, str]:
                  grad_bits=16.0, master_weight_bits=32.0, flash_attention=1.0,
                  sequence_parallel=sequence_parallel)
     if virtual and pp > 1:
-        knobs["virtual_stages"] = int(virtual.group(1))
+        knobs["virtual_stages"] = v = int(virtual.group(1))
+        layers = int(model_layers)
+        if v > 1 and layers % (pp * v):
+            first, last = accounted_split(layers, pp, v)
+            knobs.update(first_stage_layers=first, last_stage_layers=last)
+            assumed = "; ".join(filter(None, (assumed, (
+                f"embedding and loss accounted as pipeline layers: {first} + "
+                f"{pp - 2} x {(layers - first - last) // max(pp - 2, 1)} + {last} layers "
+                "(Megatron-Core --account-for-embedding/loss-in-pipeline-split)")
+                if pp > 2 else (f"embedding and loss accounted as pipeline layers: {first} + "
+                                f"{last} layers"))))
     return knobs, assumed
+
+
+def accounted_split(layers: int, pp: int, v: int) -> tuple[int, int]:
+    """(first, last) stage layers when the embedding and the loss count as one pipeline
+    layer each (Megatron-Core's --account-for-embedding-in-pipeline-split and
+    --account-for-loss-in-pipeline-split, as Megatron-Bridge's recipes for layer counts
+    that do not divide by pp x v): n = ceil((L + 2) / (pp v)) layers per virtual stage,
+    the middle stages n v each, the first n v - 1, the last the rest."""
+    n = -(-(layers + 2) // (pp * v))
+    first = n * v - 1
+    last = layers - first - (pp - 2) * n * v
+    if not 1 <= last <= n * v:
+        raise ValueError(f"{layers} layers do not split over pp {pp} x vp {v}")
+    return first, last
 
 
 # Serving measured under a request load (arrivals at a rate, latency limits): the static
@@ -310,10 +359,16 @@ def case(row: dict) -> Case | Skip:
             raise _Unscorable("under_load", "measured under a request load with latency "
                               "limits (not a static batch)")
         n_devices = _number(row, "n_devices", int, 1)
-        assumed = ""
+        assumed = "" if framework != NO_FRAMEWORK else (
+            "no framework named: the generic calibration")
+        recompute_stated = True
         if kind == "train":
-            knobs, assumed = _training_knobs(row, precision, framework)
+            knobs, said = _training_knobs(row, precision, framework,
+                                          model.fields["n_layers"])
+            assumed = "; ".join(filter(None, (assumed, said)))
             mode = "training"
+            layout_stated = bool((row.get("tp") or "").strip()) or n_devices == 1
+            recompute_stated = bool(_RECOMPUTE_STATED.search(row["notes"]))
         else:
             tp, pp = _number(row, "tp", int, 1), _number(row, "pp", int, 1)
             inp, out = _number(row, "input_len", int, 0), _number(row, "output_len", int, 0)
@@ -331,16 +386,21 @@ def case(row: dict) -> Case | Skip:
                 knobs.update(batch=_number(row, "batch", int, 1), input_len=inp, output_len=2,
                              prefill_chunk=float(chunk.group(1)) if chunk else 0.0)
             else:
+                if not (inp > 0 and out > 0):
+                    raise ValueError("input_len and output_len are needed (dataset means "
+                                     "where lengths vary)")
                 knobs.update(batch=1, input_len=inp, output_len=out)
             mode = "inference"
-        flag = ""
+        # a row whose notes record an inconsistency of its source is reported, not fitted
+        anomaly = re.search(r"ANOMALY: ([^;]*)", row["notes"])
+        flag = f"source anomaly: {anomaly.group(1).strip()}" if anomaly else ""
         for prefix, k, hw, prec, why in ANOMALIES:
             if (rid.startswith(prefix) and kind == k and row["hardware"] == hw
                     and row["precision"].lower().startswith(prec)):
                 flag = why
         return Case(rid, kind, metric, measured, mode, model, hardware, framework,
-                    knobs, n_devices, flag, assumed,
-                    layout_stated if mode == "inference" else True, source_of(rid))
+                    knobs, n_devices, flag, assumed, layout_stated, recompute_stated,
+                    source_of(rid))
     except (ValueError, InputError) as e:
         status = getattr(e, "status", "bad_row")
         return Skip(rid, kind, str(e).removeprefix("dse: error: "), status, metric, measured)

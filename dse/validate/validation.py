@@ -24,6 +24,7 @@ from ..catalogue import calibration as C
 from ..atomic import atomic_path
 from ..catalogue.lookup import load_hardware, roots
 from ..errors import InputError
+from ..schema.knobs import RECOMPUTE
 from ..schema.outputs import REASON_BITS
 from . import fit as F
 from .predict import Problem, predict_with_reasons, problem
@@ -54,56 +55,97 @@ def build_problem(cases: list[Case], cal: C.Calibration | None) -> Problem:
 
 
 def fitting(cases: list[Case]) -> tuple[list[Case], list[Skip]]:
-    """(rows whose configuration fits in memory, the others as ``does_not_fit`` misses).
+    """(rows whose configuration dse can evaluate, the others as misses).
 
     A configuration that ran for real but that dse says does not fit is a miss of the
-    memory model: it is reported, never predicted at a smaller batch. Memory does not
-    depend on the calibration, so this is decided once, before any fit."""
+    memory model (``does_not_fit``): it is reported, never predicted at a smaller batch.
+    One that dse calls infeasible for another reason (an indivisible layout, a context
+    beyond the model's) or cannot time is ``infeasible``. Neither depends on the
+    calibration, so this is decided once, before any fit."""
     if not cases:
         return cases, []
     cases = _choose_layouts(cases)
-    oom = _oom(cases)
-    keep = [c for c, o in zip(cases, oom) if not o]
-    misses = [Skip(c.id, c.kind, "dse says this configuration does not fit in memory; it "
-                   "ran", "does_not_fit", c.metric, c.measured)
-              for c, o in zip(cases, oom) if o]
+    reasons, finite = _feasibility(cases)
+    keep, misses = [], []
+    for c, r, ok in zip(cases, reasons, finite):
+        if r & REASON_BITS["oom"]:
+            misses.append(Skip(c.id, c.kind, "dse says this configuration does not fit in "
+                               "memory; it ran", "does_not_fit", c.metric, c.measured))
+        elif r or not ok:
+            why = ", ".join(n for n, bit in REASON_BITS.items() if r & bit) or (
+                "no finite prediction")
+            misses.append(Skip(c.id, c.kind, f"dse says this configuration is infeasible "
+                               f"({why}); it ran", "infeasible", c.metric, c.measured))
+        else:
+            keep.append(c)
     return keep, misses
 
 
-def _oom(cases: list[Case]) -> np.ndarray:
+def _feasibility(cases: list[Case]) -> tuple[np.ndarray, np.ndarray]:
+    """(infeasibility flags, prediction is finite and positive) of each row's point."""
     prob = build_problem(cases, None)
     with jax.enable_x64(True):
-        _, reasons = predict_with_reasons(F.start(prob).theta, prob, calibrated=False)
-    return (np.asarray(reasons) & REASON_BITS["oom"]) != 0
+        pred, reasons = predict_with_reasons(F.start(prob).theta, prob, calibrated=False)
+    pred = np.asarray(pred)
+    return np.asarray(reasons).astype(int), np.isfinite(pred) & (pred > 0)
 
 
-# Tensor-parallel degrees tried for a multi-device row that does not state its layout.
+# Tensor- and (training) pipeline-parallel degrees tried for a multi-device row that does
+# not state its layout.
 _TP_CHOICES = (1, 2, 4, 8)
+_PP_CHOICES = (1, 2, 4, 8)
+
+
+def _options(c: Case) -> list[tuple[Case, str]]:
+    """The configurations a row that leaves its layout or recomputation unstated may have
+    run, in order of preference, each with what it assumes."""
+    layouts = [(c.knobs, "")]
+    if not c.layout_stated:
+        node = int(load_hardware(c.hardware).fields["devices_per_node"])
+        cp = int(c.knobs.get("cp", 1))
+        # inference: tensor parallelism within a node; training also pipelines
+        pps = _PP_CHOICES if c.mode == "training" else (1,)
+        shapes = sorted(((t, p) for t in _TP_CHOICES for p in pps
+                         if c.n_devices % (t * p * cp) == 0 and t <= node),
+                        key=lambda tp: (tp[0] * tp[1], tp[1])) or [(1, 1)]
+        layouts = []
+        for t, p in shapes:
+            dp = c.n_devices // (t * p * cp)
+            k = dict(c.knobs, tp=t, pp=p, dp=dp)
+            if c.mode == "training":
+                k["sequence_parallel"] = t > 1
+            layouts.append((k, f"tp {t} x " + (f"pp {p} x " if p > 1 else "") + f"dp {dp}"))
+    out = []
+    for k, said in layouts:
+        levels = [(k.get("recompute", 0), "")] if c.recompute_stated else [
+            (float(i), f"{name} recomputation") for i, name in enumerate(RECOMPUTE)]
+        for level, more in levels:
+            what = ", ".join(filter(None, (said, more)))
+            knobs = dict(k, recompute=level) if c.mode == "training" else k
+            out.append((dataclasses.replace(c, knobs=knobs), what))
+    return out
 
 
 def _choose_layouts(cases: list[Case]) -> list[Case]:
-    """A multi-device inference row without its layout runs at the smallest tensor
-    parallelism (of 1, 2, 4, 8, within a node, dividing the devices) at which the model
-    fits, the rest data-parallel: what a throughput run picks. Said in ``assumed``."""
-    free = [i for i, c in enumerate(cases) if not c.layout_stated]
+    """A row that does not state its layout (multi-device) or its recomputation
+    (training) runs at the first of its options that dse finds feasible: the smallest
+    model parallelism (tensor parallelism of 1, 2, 4, 8 within a node; for training
+    also pipeline parallelism of 1, 2, 4, 8, tp first), the rest data-parallel, and at
+    it the least recomputation (none, selective, full); what a throughput run (or a
+    framework's performance recipe) picks. Said in ``assumed``."""
+    free = [i for i, c in enumerate(cases)
+            if not c.layout_stated or (c.mode == "training" and not c.recompute_stated)]
     if not free:
         return cases
-    options = []
-    for i in free:
-        c = cases[i]
-        node = int(load_hardware(c.hardware).fields["devices_per_node"])
-        tps = [t for t in _TP_CHOICES if c.n_devices % t == 0 and t <= node] or [1]
-        options += [(i, dataclasses.replace(c, knobs=dict(c.knobs, tp=t, pp=1,
-                                                          dp=c.n_devices // t)), t)
-                    for t in tps]
-    oom = _oom([o[1] for o in options])
+    options = [(i, case, what) for i in free for case, what in _options(cases[i])]
+    reasons, finite = _feasibility([o[1] for o in options])
+    oom = (reasons != 0) | ~finite
     out = list(cases)
     for i in free:
-        mine = [(o[2], o[1]) for o, bad in zip(options, oom) if o[0] == i and not bad]
-        t, chosen = mine[0] if mine else [(o[2], o[1]) for o in options if o[0] == i][-1]
+        mine = [(o[1], o[2]) for o, bad in zip(options, oom) if o[0] == i and not bad]
+        chosen, what = mine[0] if mine else [(o[1], o[2]) for o in options if o[0] == i][-1]
         out[i] = dataclasses.replace(chosen, assumed="; ".join(filter(None, (
-            chosen.assumed, f"tp {t} x dp {chosen.n_devices // t} (layout not stated: the "
-            "smallest tp that fits)"))))
+            chosen.assumed, f"{what} (not stated: the first that fits)" if what else ""))))
     return out
 
 
@@ -296,14 +338,18 @@ def _folds(prob: Problem, key) -> tuple[list[str], np.ndarray]:
     return names, np.asarray([[v != name for v in values] for name in names])
 
 
-def holdout_predictions(prob: Problem, steps: int = F.STEPS) -> dict[str, np.ndarray]:
+# Leave-one-out folds: name -> (method, the rows' group key).
+HOLDOUTS = {"hardware": ("leave_one_hardware_out", lambda c: c.hardware),
+            "model": ("leave_one_model_out", lambda c: c.model_name),
+            "source": ("leave_one_source_out", lambda c: c.source)}
+
+
+def holdout_predictions(prob: Problem, steps: int = F.STEPS,
+                        by=tuple(HOLDOUTS)) -> dict[str, np.ndarray]:
     """Leave-one-hardware-out, leave-one-model-out and leave-one-source-out predictions
-    of every row: for each device (model, publication), fit on the other rows and predict
-    its rows. One vmapped fit."""
-    groups = (("leave_one_hardware_out", lambda c: c.hardware),
-              ("leave_one_model_out", lambda c: c.model_name),
-              ("leave_one_source_out", lambda c: c.source))
-    folds = [(method, *_folds(prob, key)) for method, key in groups]
+    of every row (``by``: which of them): for each device (model, publication), fit on
+    the other rows and predict its rows. One vmapped fit."""
+    folds = [(HOLDOUTS[b][0], *_folds(prob, HOLDOUTS[b][1])) for b in by]
     includes = np.concatenate([inc for _, _, inc in folds])
     theta, _ = F.fit_folds(prob, includes, steps)
     out = {}
@@ -319,12 +365,13 @@ def holdout_predictions(prob: Problem, steps: int = F.STEPS) -> dict[str, np.nda
 
 
 def validate(data, calibration=None, holdout: bool = False, steps: int = F.STEPS,
-             framework: str | None = None) -> Validation:
+             framework: str | None = None, holdout_by=tuple(HOLDOUTS)) -> Validation:
     """Predict every row of ``data`` (a CSV in the measured_public schema).
 
     ``calibration``: a path, a :class:`dse.catalogue.calibration.Calibration`, or None for the
-    shipped ``calibrations/public.toml``. ``holdout``: also refit per held-out device
-    and model (``steps`` Adam steps each). ``framework``: every row as measured with that
+    shipped ``calibrations/public.toml``. ``holdout``: also refit per held-out device,
+    model and source (``holdout_by``: which; ``steps`` Adam steps each).
+    ``framework``: every row as measured with that
     one framework (``generic``: the calibration studies get by default).
     """
     cases, skips = read(data)
@@ -343,7 +390,7 @@ def validate(data, calibration=None, holdout: bool = False, steps: int = F.STEPS
         roofline, _ = predict_with_reasons(calibration_vector(prob, cal), prob, calibrated=False)
     predictions = {"calibrated": np.asarray(calibrated), "roofline": np.asarray(roofline)}
     if holdout:
-        predictions.update(holdout_predictions(prob, steps))
+        predictions.update(holdout_predictions(prob, steps, holdout_by))
     return Validation(list(prob.cases), skips, predictions, np.asarray(reasons), cal.file,
                       str(data))
 

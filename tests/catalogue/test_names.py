@@ -14,6 +14,7 @@ from dse.errors import InputError
     ("GB200 NVL72", "gb200"), ("Apple M2 Ultra", "m2-ultra"), ("MI355X", "mi355x"),
     ("NVIDIA B200-SXM-180GB", "b200"),  # MLPerf system descriptions
     ("H20", "h20"), ("TPU v6e", "tpu-v6e"),
+    ("Ascend 910B", "ascend-910b"), ("Intel Arc Pro B60", "arc-pro-b60"),
 ])
 def test_hardware_as_vendors_write_it(spelling, card):
     assert lookup.load_hardware(spelling).name == card
@@ -26,6 +27,8 @@ def test_hardware_as_vendors_write_it(spelling, card):
     ("meta-llama/Llama-4-Maverick-17B-128E-Instruct", "llama-4-maverick"),
     ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"), ("zai-org/GLM-4.5-Air", "glm-4.5-air"),
     ("Llama 3 8B", "llama-3-8b"), ("QWEN3_32B", "qwen3-32b"),
+    ("deepseek-ai/DeepSeek-V3.2-Exp", "deepseek-v3.2"),
+    ("nvidia/Nemotron-4-340B-Instruct", "nemotron-4-340b"),
 ])
 def test_models_by_hugging_face_id_or_spelling(spelling, card):
     assert lookup.load_model(spelling).name == card

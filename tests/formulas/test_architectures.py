@@ -18,7 +18,7 @@ from ..helpers import sweep_text
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "hf_configs"
 NEW = ["deepseek-r1", "kimi-k2", "minimax-m2", "qwen3-32b", "qwen3-next-80b-a3b",
        "qwen3.5-397b-a17b", "gpt-oss-20b", "gpt-oss-120b", "llama-4-scout",
-       "llama-4-maverick", "glm-4.5", "glm-4.5-air"]
+       "llama-4-maverick", "glm-4.5", "glm-4.5-air", "deepseek-v3.2"]
 ARCHITECTURE = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
                 "vocab_size", "n_experts", "top_k", "d_ff_expert", "n_shared_experts",
                 "n_dense_layers", "moe_layer_step", "kv_lora_rank", "q_lora_rank",
@@ -95,6 +95,22 @@ def test_active_counts_under_each_sources_convention():
              "no_embeddings": n - table - untied}[f["published_active_convention"]]
         published = f["published_active_params"]
         assert abs(n - published) <= _allowed(published), (card.name, n, published)
+
+
+@pytest.mark.parametrize("name, embedding, non_embedding", [
+    ("nemotron-4-340b", 9.4e9, 331.6e9),  # Nemotron-4 340B report (arXiv 2406.11704), Sec. 2
+])
+def test_hand_written_cards_against_the_papers_counts(name, embedding, non_embedding):
+    """A dense card written from its paper (no config.json published): total within 1%
+    of the published label, active = total, and the paper's embedding / non-embedding
+    split."""
+    cards, totals, actives = _counts([name])
+    f, n, a = cards[0].fields, totals[0], actives[0]
+    assert f["published_params_source"]
+    assert abs(n - f["published_params"]) <= 0.01 * f["published_params"], (name, n)
+    assert a == n
+    tables = (2 - f.get("tied_embeddings", False)) * f["vocab_size"] * f["d_model"]
+    assert abs(tables - embedding) <= 0.05e9 and abs(n - tables - non_embedding) <= 0.05e9
 
 
 KV_MODELS = ("qwen3-32b", "deepseek-r1", "gpt-oss-120b", "qwen3-next-80b-a3b")

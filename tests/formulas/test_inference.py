@@ -175,3 +175,44 @@ batch = 16
         assert ds[name].sel(tp=2, pp=1).item() == by_hand[name].item()
     assert ds["throughput_tok_s"].sel(tp=2, pp=1).item() == pytest.approx(
         4 * 16 * 128 / ds["e2e_s"].sel(tp=2, pp=1).item(), rel=1e-6)  # float32 sweep
+
+
+def test_engine_step_overhead_by_hand(tmp_path):
+    """The serving engine's host time per step: step_overhead_s + seq_overhead_s x batch
+    once per decode step and once per prefill chunk. Two calibrations that differ only
+    in those two values (the Hopper offsets of both set to 0, so the file's values apply
+    as written) differ in TPOT by exactly that, and in TTFT by that times the chunks."""
+    import re
+
+    from ..conftest import ROOT
+
+    base = (ROOT / "calibrations" / "generic.toml").read_text()
+    base = re.sub(r'(\[family\."nvidia-hopper"\][^\[]*?)step_overhead_s = \S+\nseq_overhead_s = \S+',
+                  r"\1step_overhead_s = 0.0\nseq_overhead_s = 0.0", base, flags=re.S)
+    assert base.count("step_overhead_s = 0.0\nseq_overhead_s = 0.0") == 1
+    out = {}
+    for name, step, seq in (("a", 1e-4, 1e-6), ("b", 3e-3, 2e-5)):
+        text = re.sub(r'(\[framework\."generic"\][^\[]*?)step_overhead_s = \S+\n'
+                      r'seq_overhead_s = \S+',
+                      rf"\1step_overhead_s = {step}\nseq_overhead_s = {seq}", base, flags=re.S)
+        (tmp_path / f"{name}.toml").write_text(text)
+        out[name] = sweep_text(f"""
+[study]
+name = "t"
+dtype = "float64"
+calibration = "{tmp_path / f'{name}.toml'}"
+framework = "generic"
+[axes]
+model = "llama-2-7b"
+hardware = "h100-sxm"
+batch = [1, 16]
+input_len = 1024
+output_len = 64
+prefill_chunk = 256
+""")
+    batch = np.array([1.0, 16.0])
+    host = (3e-3 - 1e-4) + (2e-5 - 1e-6) * batch
+    tpot = out["b"]["tpot_s"].values - out["a"]["tpot_s"].values
+    ttft = out["b"]["ttft_s"].values - out["a"]["ttft_s"].values
+    np.testing.assert_allclose(tpot, host, rtol=1e-9)
+    np.testing.assert_allclose(ttft, 4 * host, rtol=1e-9)  # 1024 / 256 = 4 chunks

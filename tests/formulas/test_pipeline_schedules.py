@@ -293,8 +293,8 @@ def test_llama_405b_interleaves_over_16_stages_with_uneven_ends():
     # --decoder-first-pipeline-num-layers 8 --decoder-last-pipeline-num-layers 6 the 14
     # middle stages take (126 - 14)/14 = 8 layers, every stage's count divides by v = 2,
     # and the bubble halves to 15/(2 x 32) = 23%. (The Llama 3 paper's own split, one
-    # layer fewer on each end, 7 + 14 x 8 + 7, is valid without interleaving; 7 does not
-    # divide by 2, so Megatron-LM cannot interleave it.)
+    # layer fewer on each end, 7 + 14 x 8 + 7, is valid too, and interleaves with the
+    # layout flag: end chunks of 3 and 4 layers.)
     base = dict(model="llama-3.1-405b", hardware="h100-sxm", tp=8, pp=16, num_devices=8192,
                 global_batch=2048, seq_len=8192, recompute="full", sequence_parallel=True,
                 zero_stage=1)
@@ -309,7 +309,7 @@ def test_llama_405b_interleaves_over_16_stages_with_uneven_ends():
     assert split["step_s"] < 0.9 * plain["step_s"]
     llama3 = train(first_stage_layers=7, last_stage_layers=7, **base)
     assert llama3["valid"]
-    assert not train(virtual_stages=2, first_stage_layers=7, last_stage_layers=7, **base)["valid"]
+    assert train(virtual_stages=2, first_stage_layers=7, last_stage_layers=7, **base)["valid"]
 
 
 # --- what is valid ------------------------------------------------------------------------
@@ -326,9 +326,12 @@ def test_llama_405b_interleaves_over_16_stages_with_uneven_ends():
     (dict(pp=2, first_stage_layers=10, last_stage_layers=22), True),
     (dict(pp=4, first_stage_layers=20, last_stage_layers=20), False),  # more than L
     (dict(pp=4, virtual_stages=2, first_stage_layers=4, last_stage_layers=12), True),
-    (dict(pp=4, virtual_stages=2, first_stage_layers=5, last_stage_layers=11), False),  # 5/2
+    # an end's layers need not divide by v (--pipeline-model-parallel-layout), the
+    # middle stages' do
+    (dict(pp=4, virtual_stages=2, first_stage_layers=5, last_stage_layers=11), True),  # 8, 8
     (dict(pp=4, virtual_stages=4, first_stage_layers=4, last_stage_layers=12), True),
-    (dict(pp=4, virtual_stages=4, first_stage_layers=6, last_stage_layers=10), False),  # 6/4
+    (dict(pp=4, virtual_stages=4, first_stage_layers=6, last_stage_layers=10), True),  # 8, 8
+    (dict(pp=4, virtual_stages=4, first_stage_layers=6, last_stage_layers=6), False),  # 10/4
     (dict(pp=4, virtual_stages=2, first_stage_layers=4, last_stage_layers=6), False),  # 11/2
     # schedules
     (dict(pp=4, pp_schedule="gpipe"), True),

@@ -65,17 +65,17 @@ def test_none_with_a_framework_is_bad_input(tmp_path, capsys):
 
 
 def test_a_device_without_calibration_data_takes_the_nearest_family():
-    """No public row ran on a B200, an MI300X or an M2 Ultra: they take the offsets of
-    the nearest calibrated family (Blackwell and AMD's HBM accelerators: Hopper; Apple:
-    consumer Ada), say so in the attrs and the summary, and never the framework base
-    alone."""
+    """No public row ran on an RTX 5090 or an M2 Ultra: they take the offsets of the
+    nearest calibrated family (consumer Blackwell and Apple: consumer Ada, the RTX
+    4090's), say so in the attrs and the summary, and never the framework base alone;
+    a device of a calibrated family (B200, H100) keeps its own."""
     text = TEXT.replace('hardware = "h100-sxm"',
-                        'hardware = ["h100-sxm", "b200", "mi300x", "m2-ultra", "rtx-4090"]')
+                        'hardware = ["h100-sxm", "b200", "rtx-5090", "m2-ultra", "rtx-4090"]')
     ds = dse.sweep(parse_study(text.format(head=""), "<c>"), progress=False)
     values = json.loads(ds.attrs["calibration_values"])
-    assert values["b200"] == values["h100-sxm"] == values["mi300x"]
-    assert values["m2-ultra"] == values["rtx-4090"]
+    assert values["rtx-5090"] == values["m2-ultra"] == values["rtx-4090"]
+    assert values["b200"] != values["h100-sxm"]
     fallback = ds.attrs["calibration_fallback"]
-    assert "b200: nvidia-blackwell has no calibration data; uses the nearest, nvidia-hopper" \
-        in fallback and "m2-ultra: apple" in fallback and "h100-sxm" not in fallback
-    assert "no calibration data for: b200" in sweep_summary(ds, 1.0)
+    assert "rtx-5090: nvidia-blackwell-geforce has no calibration data; uses the nearest, " \
+        "nvidia-ada-geforce" in fallback and "m2-ultra: apple" in fallback
+    assert "h100-sxm" not in fallback and "b200" not in fallback

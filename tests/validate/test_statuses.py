@@ -45,9 +45,37 @@ ROWS = [
     # what cannot be scored, each with its status
     _row(id="metric", model="Llama-3-8B", metric="joules_per_token", value="1", **{
         k: v for k, v in DECODE.items()}),
-    _row(id="hw", model="Llama-3-8B", **dict(DECODE, hardware="Ascend 910B"),
+    _row(id="hw", model="Llama-3-8B", **dict(DECODE, hardware="Cerebras CS-3"),
          metric="tokens_per_s", value="10"),
-    _row(id="model", model="Nemotron-4-340B", **DECODE, metric="tokens_per_s", value="10"),
+    _row(id="model", model="Falcon-180B", **DECODE, metric="tokens_per_s", value="10"),
+    # tp 3 divides neither the 32 heads nor the 8 KV heads: a layout dse calls infeasible
+    _row(id="infeasible", model="Llama-3-8B", **dict(DECODE, n_devices="3", tp="3"),
+         metric="tokens_per_s", value="100"),
+    # a serving row without its lengths (a dataset's means belong in the row)
+    _row(id="lengths", kind="serving_throughput", source=TRT, model="Llama-3-8B",
+         hardware="h100-sxm", n_devices="1", precision="fp8", metric="output_tokens_per_s",
+         value="5000"),
+    # no framework named: scored under the generic calibration, said in the note
+    _row(id="vendor", kind="serving_throughput", source="a vendor's own stack",
+         model="Llama-3-8B", hardware="h100-sxm", n_devices="1", precision="fp8",
+         input_len="128", output_len="128", metric="output_tokens_per_s", value="5000"),
+    # Megatron training without a stated recomputation: 16k-token sequences of the 8B at
+    # tp 1 keep sbh x 34 bytes = 16384 x 4096 x 34 = 2.3 GB per layer (Korthikanti et
+    # al. 2022, FlashAttention: no score matrix), 73 GB over 32 layers, beyond an 80 GB
+    # H100 beside 8e9 x (2 + 2) bytes of weights and gradients; selective recomputation
+    # saves nothing more under FlashAttention, full recomputation keeps only the layer
+    # inputs (16384 x 4096 x 2 x 32 = 4.3 GB): the first that fits is full
+    *[_row(id=f"rc-{k}", kind="train", source="Megatron-LM", model="Llama-3-8B",
+           hardware="h100-sxm", n_devices="8", tp="1", pp="1", precision="bf16", batch="8",
+           input_len="16384", metric="tokens_per_s_per_gpu", value="5000", notes=n)
+      for k, n in (("unstated", "MBS 1"), ("none", "MBS 1; no recomputation"))],
+    # 126 layers over pp 16 x vp 4 do not divide: the embedding and the loss count as
+    # pipeline layers, 128 = 16 x 4 x 2, so the ends hold 2 x 4 - 1 = 7 layers and the
+    # 14 middle stages 8 each: the Llama 3 paper's own split (arXiv 2407.21783, Sec. 3.3.2)
+    _row(id="vp-split", kind="train", source="Megatron-Bridge", model="Llama-3.1-405B",
+         hardware="h100-sxm", n_devices="1024", tp="8", pp="16", precision="bf16",
+         batch="512", input_len="8192", metric="tokens_per_s_per_gpu", value="200",
+         notes="MBS 1, VP 4; full recompute"),
     _row(id="oom", model="Llama-2-70B", **dict(DECODE, hardware="l4"), metric="tokens_per_s",
          value="1"),
     _row(id="load", kind="serving_throughput", source=TRT, model="Llama-2-70B",
@@ -104,6 +132,17 @@ def test_every_row_has_a_status_and_the_assumptions_are_said(result, tmp_path):
     assert {status[k] for k in status if k.startswith(("dec", "srv", "train"))} == {"scored"}
     assert (status["metric"], status["hw"], status["model"], status["oom"], status["load"]) == (
         "unknown_metric", "unknown_hardware", "unknown_model", "does_not_fit", "under_load")
+    assert (status["infeasible"], status["lengths"], status["vendor"]) == (
+        "infeasible", "bad_row", "scored")
+    note = {r["id"]: r["note"] for r in v.rows()}
+    assert "tp_indivisible" in note["infeasible"] and "input_len" in note["lengths"]
+    assert note["vendor"].startswith("no framework named: the generic calibration")
+    # the recomputation dse chose is the first that fits; stated "none" does not fit
+    assert (status["rc-unstated"], status["rc-none"]) == ("scored", "does_not_fit")
+    assert "full recomputation (not stated: the first that fits)" in note["rc-unstated"]
+    split = next(c for c in v.cases if c.id == "vp-split")
+    assert (split.knobs["first_stage_layers"], split.knobs["last_stage_layers"]) == (7, 7)
+    assert status["vp-split"] == "scored" and "7 + 14 x 8 + 7" in note["vp-split"]
     counts = v.statuses()
     assert set(counts) == set(STATUSES) and sum(counts.values()) == len(ROWS)
     assert next(c for c in v.cases if c.id == "train-mfu").assumed.startswith(
@@ -126,3 +165,17 @@ def test_a_bad_rows_path_is_refused_before_the_work(result, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--rows" in err and err.count("\n") == 1
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("layers, pp, vp, split", [
+    (126, 16, 4, (7, 7)),  # (126 + 2) / 64 = 2 per virtual stage: 7 + 14 x 8 + 7
+    (61, 8, 4, (7, 6)),  # ceil(63 / 32) = 2: 7 + 6 x 8 + 6 (DeepSeek-V3's 61 layers)
+    (94, 8, 3, (11, 11)),  # ceil(96 / 24) = 4: 11 + 6 x 12 + 11 (Qwen3-235B's 94)
+    (61, 2, 4, (31, 30)),  # ceil(63 / 8) = 8: no middle stage, 31 + 30
+])
+def test_embedding_and_loss_accounted_in_the_pipeline_split(layers, pp, vp, split):
+    from dse.validate.rows import accounted_split
+
+    first, last = accounted_split(layers, pp, vp)
+    assert (first, last) == split
+    assert (layers - first - last) % max(pp - 2, 1) == 0
