@@ -64,8 +64,7 @@ def fitting(cases: list[Case]) -> tuple[list[Case], list[Skip]]:
     calibration, so this is decided once, before any fit."""
     if not cases:
         return cases, []
-    cases = _choose_layouts(cases)
-    reasons, finite = _feasibility(cases)
+    cases, reasons, finite = _choose_layouts(cases)
     keep, misses = [], []
     for c, r, ok in zip(cases, reasons, finite):
         if r & REASON_BITS["oom"]:
@@ -126,27 +125,28 @@ def _options(c: Case) -> list[tuple[Case, str]]:
     return out
 
 
-def _choose_layouts(cases: list[Case]) -> list[Case]:
-    """A row that does not state its layout (multi-device) or its recomputation
+def _choose_layouts(cases: list[Case]) -> tuple[list[Case], np.ndarray, np.ndarray]:
+    """(the rows as they ran, their infeasibility flags, prediction finite and positive).
+
+    A row that does not state its layout (multi-device) or its recomputation
     (training) runs at the first of its options that dse finds feasible: the smallest
     model parallelism (tensor parallelism of 1, 2, 4, 8 within a node; for training
     also pipeline parallelism of 1, 2, 4, 8, tp first), the rest data-parallel, and at
     it the least recomputation (none, selective, full); what a throughput run (or a
-    framework's performance recipe) picks. Said in ``assumed``."""
-    free = [i for i, c in enumerate(cases)
-            if not c.layout_stated or (c.mode == "training" and not c.recompute_stated)]
-    if not free:
-        return cases
-    options = [(i, case, what) for i in free for case, what in _options(cases[i])]
+    framework's performance recipe) picks. Said in ``assumed``. Every option of every
+    row is evaluated in one call."""
+    options = [(i, case, what) for i, c in enumerate(cases) for case, what in _options(c)]
     reasons, finite = _feasibility([o[1] for o in options])
-    oom = (reasons != 0) | ~finite
-    out = list(cases)
-    for i in free:
-        mine = [(o[1], o[2]) for o, bad in zip(options, oom) if o[0] == i and not bad]
-        chosen, what = mine[0] if mine else [(o[1], o[2]) for o in options if o[0] == i][-1]
-        out[i] = dataclasses.replace(chosen, assumed="; ".join(filter(None, (
-            chosen.assumed, f"{what} (not stated: the first that fits)" if what else ""))))
-    return out
+    good = (reasons == 0) & finite
+    out, picked = [], []
+    for i in range(len(cases)):
+        mine = [j for j, o in enumerate(options) if o[0] == i]
+        j = next((j for j in mine if good[j]), mine[-1])
+        chosen, what = options[j][1], options[j][2]
+        out.append(dataclasses.replace(chosen, assumed="; ".join(filter(None, (
+            chosen.assumed, f"{what} (not stated: the first that fits)" if what else "")))))
+        picked.append(j)
+    return out, reasons[picked], finite[picked]
 
 
 def calibration_vector(prob: Problem, cal: C.Calibration | None) -> np.ndarray:
