@@ -244,9 +244,20 @@ def _framework(row) -> str:
     return NO_FRAMEWORK
 
 
-# A training row that says which recomputation it ran with.
-_RECOMPUTE_STATED = re.compile(r"act-ckpt (True|False)|recompute[^;,]*(full|selective|none)"
-                               r"|(full|selective|no) (activation )?recomput", re.I)
+def recompute_level(notes: str) -> int | None:
+    """The recomputation a training row states (0 none, 1 selective, 2 full; llm-foundry's
+    "act-ckpt True" is full), or None when it states none: dse then chooses the least
+    that fits (validation._choose_layouts). One reading for both, so that a row is never
+    taken as stating a level that is then not applied."""
+    if re.search(r"act-ckpt True|recompute[^;,]*full|full (activation )?recomput", notes,
+                 re.I):
+        return 2
+    if re.search(r"recompute[^;,]*selective|selective (activation )?recomput", notes, re.I):
+        return 1
+    if re.search(r"act-ckpt False|recompute[^;,]*none|no (activation )?recomput", notes,
+                 re.I):
+        return 0
+    return None
 
 
 def _training_knobs(row, precision, framework: str, model_layers) -> tuple[dict, str]:
@@ -282,14 +293,7 @@ def _training_knobs(row, precision, framework: str, model_layers) -> tuple[dict,
         assumed = "; ".join(filter(None, (assumed, "distributed optimizer (ZeRO-1)"
                                           + (" and sequence parallelism" if tp > 1 else "")
                                           + f" ({framework} default)")))
-    # llm-foundry's "act-ckpt True" is full recomputation; a row that states no level
-    # (_RECOMPUTE_STATED) leaves the choice to dse (validation._choose_layouts: the
-    # least that fits)
-    recompute = 2 if re.search(r"act-ckpt True", notes) else 0
-    if re.search(r"recompute[^;,]*full|full recomput", notes, re.I):
-        recompute = 2
-    elif re.search(r"selective recomput|recompute[^;,]*selective", notes, re.I):
-        recompute = 1
+    recompute = recompute_level(notes) or 0
     bits = precision["weight_bits"]
     knobs = dict(global_batch=batch, micro_batch=micro, seq_len=_number(row, "input_len", int),
                  tp=tp, pp=pp, dp=dp, cp=cp, ep=_number(row, "ep", int, 1), zero_stage=zero,
@@ -368,7 +372,7 @@ def case(row: dict) -> Case | Skip:
             assumed = "; ".join(filter(None, (assumed, said)))
             mode = "training"
             layout_stated = bool((row.get("tp") or "").strip()) or n_devices == 1
-            recompute_stated = bool(_RECOMPUTE_STATED.search(row["notes"]))
+            recompute_stated = recompute_level(row["notes"]) is not None
         else:
             tp, pp = _number(row, "tp", int, 1), _number(row, "pp", int, 1)
             inp, out = _number(row, "input_len", int, 0), _number(row, "output_len", int, 0)

@@ -179,3 +179,17 @@ def test_embedding_and_loss_accounted_in_the_pipeline_split(layers, pp, vp, spli
     first, last = accounted_split(layers, pp, vp)
     assert (first, last) == split
     assert (layers - first - last) % max(pp - 2, 1) == 0
+
+
+@pytest.mark.parametrize("notes, level", [
+    ("act-ckpt True", 2), ("act-ckpt False", 0), ("MBS 1; full recompute", 2),
+    ("counts the extra forward of full activation recomputation", 2),
+    ("selective recomputation of core attention", 1), ("no recomputation", 0),
+    ("model TFLOP/s (activation recomputation NOT counted)", None), ("MBS 2", None),
+])
+def test_a_stated_recomputation_is_the_one_applied(notes, level):
+    """One reading decides both whether a row states its recomputation and which: a
+    stated level is never replaced by dse's choice, nor an unstated one read as none."""
+    from dse.validate.rows import recompute_level
+
+    assert recompute_level(notes) == level
