@@ -53,7 +53,7 @@ def bands(study: Study | str | Path, samples: int = 64, quantiles=(0.05, 0.5, 0.
     dtype = np.float64 if study.dtype == "float64" else np.float32
     evaluator = Evaluator.of(study, names)
     hardware = sample_specs([c.spec() for c in study.hardware], [c.name for c in study.hardware],
-                            study.calibration, study.framework, samples, seed)
+                            study.calibration, study.calibration_fit(study.frameworks[0]), samples, seed)
     hardware = jax.tree_util.tree_map(lambda x: np.asarray(x, dtype), hardware)
     axes = HardwareSpec(**{f.name: 0 if f.name in CALIBRATION_FIELDS else None
                            for f in dataclasses.fields(HardwareSpec)})

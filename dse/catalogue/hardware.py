@@ -49,11 +49,18 @@ class HardwareSpec:
     layer_overhead_s: Any = dataclasses.field(default=0.0, metadata=dict(calibration=True))
     step_overhead_s: Any = dataclasses.field(default=0.0, metadata=dict(calibration=True))
     seq_overhead_s: Any = dataclasses.field(default=0.0, metadata=dict(calibration=True))
+    # How the serving framework schedules on this device (dse.catalogue.frameworks): 1 runs
+    # prefill steps apart from decode steps; its running-batch cap and token budget per
+    # step when a study leaves max_num_seqs / max_num_tokens at 0
+    prefill_separate: Any = dataclasses.field(default=0.0, metadata=dict(framework=True))
+    default_max_num_seqs: Any = dataclasses.field(default=256.0, metadata=dict(framework=True))
+    default_max_num_tokens: Any = dataclasses.field(default=8192.0,
+                                                    metadata=dict(framework=True))
 
 
 # Parameters a chip architect can vary (the ``hw_param`` dimension of sensitivities).
 FIELDS = tuple(f.name for f in dataclasses.fields(HardwareSpec)
-               if not f.metadata.get("calibration"))
+               if not f.metadata.get("calibration") and not f.metadata.get("framework"))
 # Parameters a calibration sets (software efficiency on this device).
 CALIBRATION_FIELDS = tuple(f.name for f in dataclasses.fields(HardwareSpec)
                            if f.metadata.get("calibration"))

@@ -14,7 +14,7 @@ from ..catalogue.usecases import USECASES
 from ..schema.knobs import OPTIMIZERS, PP_SCHEDULES, RECOMPUTE
 from .tables import numpy_dtype
 
-INDEX_KEYS = ("model", "hardware", "draft_model", "usecase")  # int32 indices
+INDEX_KEYS = ("model", "hardware", "draft_model", "usecase", "framework")  # int32 indices
 
 
 def encode(study, key: str, values) -> np.ndarray:
@@ -25,6 +25,10 @@ def encode(study, key: str, values) -> np.ndarray:
     if key == "hardware":
         names = [c.name for c in study.hardware]
         return np.asarray([names.index(v) for v in values], np.int32)
+    if key == "framework":  # the offset of the framework's block in the hardware table
+        names = list(study.frameworks)
+        return np.asarray([names.index(v if v is not None else names[0]) * len(study.hardware)
+                           for v in values], np.int32)
     if key == "usecase":
         return np.asarray([list(USECASES).index(v) if v is not None else -1 for v in values],
                           np.int32)

@@ -15,13 +15,15 @@ import jax
 import jax.numpy as jnp
 
 from ..catalogue.hardware import HardwareSpec
+from ..formulas import memory, params
 from ..formulas.inference import inference
+from ..formulas.serving import replica_load
 from ..formulas.operators import stored_bits
 from ..formulas.pipeline import pipeline
 from ..formulas.roofline import compute_width, peak_at_width
 from ..formulas.training import training
 from ..formulas.types import (Bits, Job, Layout, ModelSpec, Options, Parallel, Power, Precision,
-                              Rates, Schedule, Speculation, Workload)
+                              Rates, Schedule, Serving, Speculation, Workload)
 from ..schema.knobs import InferencePoint, PipelinePoint, TrainingPoint
 from ..schema.outputs import OUTPUTS, REASON_BITS
 from . import staging
@@ -79,9 +81,9 @@ def _tp_ok(m: ModelSpec, tp):
 
 
 def _reason_code(flags) -> jnp.ndarray:
-    code = jnp.uint8(0)
+    code = jnp.uint16(0)
     for flag, name in flags:
-        code = code | jnp.where(flag, jnp.uint8(REASON_BITS[name]), jnp.uint8(0))
+        code = code | jnp.where(flag, jnp.uint16(REASON_BITS[name]), jnp.uint16(0))
     return code
 
 
@@ -105,7 +107,18 @@ def _replicas(num_devices, per_replica, dp):
                      dp)
 
 
-def inference_reasons(m: ModelSpec, p: InferencePoint, fits, draft: ModelSpec | None):
+def _serving(p: InferencePoint, hw: HardwareSpec) -> Serving:
+    """The load on the deployment, the framework's defaults where the study leaves 0."""
+    return Serving(p.concurrency, p.request_rate, p.arrival_cv,
+                   jnp.where(p.max_num_seqs > 0.0, p.max_num_seqs, hw.default_max_num_seqs),
+                   jnp.where(p.max_num_tokens > 0.0, p.max_num_tokens,
+                             hw.default_max_num_tokens),
+                   hw.prefill_separate, p.prefix_cache_hit, p.input_len_cv, p.output_len_cv,
+                   p.ttft_slo_s, p.tpot_slo_s)
+
+
+def inference_reasons(m: ModelSpec, p: InferencePoint, fits, draft: ModelSpec | None,
+                      overloaded=None):
     tp_ok = _tp_ok(m, p.tp)
     if draft is not None:
         tp_ok = tp_ok & ((p.draft_len == 0.0) | _tp_ok(draft, p.tp))
@@ -116,27 +129,51 @@ def inference_reasons(m: ModelSpec, p: InferencePoint, fits, draft: ModelSpec | 
         (p.input_len + p.output_len > m.max_seq_len, "context_too_long"),
         (~_ep_ok(m, p.ep, p.tp, p.dp), "ep_indivisible"),
         (~_devices_ok(p.num_devices, p.tp * p.pp), "devices_indivisible"),
+        (False if overloaded is None else overloaded, "overloaded"),
     ])
 
 
-def _evaluate_inference(p: InferencePoint, models: ModelSpec, hardware: HardwareSpec,
-                        features: frozenset, names: frozenset) -> dict:
+def _inference_inputs(p: InferencePoint, models: ModelSpec, hardware: HardwareSpec):
+    """(point with dp derived, model, device, precision, rates, usable memory)."""
     m = take(models, p.model)
-    hw = take(hardware, p.hardware)
+    hw = take(hardware, p.hardware + p.framework)  # the framework's block of devices
     p = dataclasses.replace(p, dp=_replicas(p.num_devices, p.tp * p.pp, p.dp))
-    draft = take(models, p.draft_model) if "speculative" in features else None
     precision = Precision(stored_bits(p.weight_bits, p.quant_group_size),
                           stored_bits(p.kv_bits, p.quant_group_size), p.act_bits)
     rates = achieved_rates(hw, p, p.weight_bits, p.kv_bits, p.act_bits)
     capacity = hw.memory_bytes * p.memory_scale * (1.0 - p.memory_reserve)
+    return p, m, hw, precision, rates, capacity
+
+
+def serving_replica(p: InferencePoint, models: ModelSpec, hardware: HardwareSpec,
+                    features: frozenset = frozenset()):
+    """(engine step model, load, lengths) of one replica of each point under load, as
+    :func:`dse.formulas.serving.replica_load` builds them (for tests and tools that run
+    the same engine step elsewhere, e.g. a discrete-event simulator)."""
+    p, m, hw, precision, rates, capacity = _inference_inputs(p, models, hardware)
+    par = Parallel(p.tp, p.pp, p.dp, p.ep)
+    s = params.shard(m, p.tp)
+    weights = memory.weight_params_per_device(m, s, par) * precision.weight_bits / 8.0
+    sm, ld, lengths, *_ = replica_load(
+        m, s, precision, Workload(p.batch, p.input_len, p.output_len, p.prefill_chunk),
+        _serving(p, hw), rates, par, Options(p.flash_attention, p.lora_rank, p.lora_adapters,
+                                             p.moe_imbalance), features, capacity, weights)
+    return sm, ld, lengths
+
+
+def _evaluate_inference(p: InferencePoint, models: ModelSpec, hardware: HardwareSpec,
+                        features: frozenset, names: frozenset) -> dict:
+    p, m, hw, precision, rates, capacity = _inference_inputs(p, models, hardware)
+    draft = take(models, p.draft_model) if "speculative" in features else None
     out = inference(
         m, rates, capacity, Workload(p.batch, p.input_len, p.output_len, p.prefill_chunk),
         Parallel(p.tp, p.pp, p.dp, p.ep), precision,
         Options(p.flash_attention, p.lora_rank, p.lora_adapters, p.moe_imbalance),
         Speculation(draft, p.draft_len, p.acceptance_rate),
         Power(hw.tdp_w, hw.price_usd_per_s * price_scale(p), p.power_static, p.power_compute,
-              p.power_memory, p.power_network), features, names, XLA_CPU)
-    out["reason"] = inference_reasons(m, p, out["fits"], draft)
+              p.power_memory, p.power_network), features, names, XLA_CPU,
+        _serving(p, hw) if "load" in features else None)
+    out["reason"] = inference_reasons(m, p, out["fits"], draft, out.get("overloaded"))
     out["valid"] = out["reason"] == 0
     return out
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..catalogue import hardware as hardware_cards, model as model_cards
 from ..catalogue.calibration import calibrated_spec
+from ..catalogue.frameworks import FRAMEWORKS
 from ..catalogue.hardware import HardwareSpec
 from ..formulas.types import Links
 
@@ -50,11 +51,19 @@ def pipeline_spec(cfg, layer_counts, dtype) -> PipelineSpec:
                         cand.astype(dtype), totals.astype(dtype))
 
 
-def hardware_spec(study, card) -> HardwareSpec:
-    """A device's spec under the study's calibration (the plain roofline without one)."""
-    if study.calibration is None:
-        return card.spec()
-    return calibrated_spec(card.spec(), study.calibration, study.framework, card.name)
+def hardware_spec(study, card, framework: str = "generic") -> HardwareSpec:
+    """A device's spec under the study's calibration (the plain roofline without one) and
+    the serving ``framework``'s scheduling on it."""
+    spec = card.spec()
+    if study.calibration is not None:
+        spec = calibrated_spec(spec, study.calibration, study.calibration_fit(framework),
+                               card.name)
+    fw = FRAMEWORKS[framework]
+    memory = float(spec.memory_bytes)
+    return dataclasses.replace(
+        spec, prefill_separate=np.float64(1.0 if fw.separate else 0.0),
+        default_max_num_seqs=np.float64(fw.max_num_seqs(memory, card.name)),
+        default_max_num_tokens=np.float64(fw.max_num_tokens(memory, card.name)))
 
 
 def tables(study):
@@ -65,4 +74,6 @@ def tables(study):
     if study.pipeline is not None:
         return models, pipeline_spec(study.pipeline,
                                      [c.fields["n_layers"] for c in study.models], dtype)
-    return models, hardware_cards.stack([hardware_spec(study, c) for c in study.hardware], dtype)
+    # one block of devices per serving framework (the framework key is the block's offset)
+    return models, hardware_cards.stack([hardware_spec(study, c, fw) for fw in study.frameworks
+                                         for c in study.hardware], dtype)

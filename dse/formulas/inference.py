@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from . import comm, memory, params, parts
+from . import comm, memory, params, parts, serving
 from .transformer import end_parts, layer_parts
 from .types import (PLAIN, Hints, ModelSpec, Options, Parallel, Pass, Power, Precision, Rates,
-                    Speculation, Workload)
+                    Serving, Speculation, Workload)
 
 COMPONENTS = ("embedding", "norms", "qkv_proj", "attention", "o_proj", "kv_cache", "mlp", "moe",
               "lora", "lm_head", "tp_comm", "pp_comm", "ep_comm", "overhead")
@@ -161,7 +161,7 @@ def _model_flops(m, p, seqs, ps_new, lo, hi, phase, rates, o, features, hints):
 
 def inference(m: ModelSpec, rates: Rates, capacity, w: Workload, par: Parallel, p: Precision,
               o: Options, spec: Speculation, power: Power, features: frozenset,
-              names: frozenset, hints: Hints = PLAIN) -> dict:
+              names: frozenset, hints: Hints = PLAIN, sv: Serving | None = None) -> dict:
     """Every inference output of one deployment; array arguments broadcast.
 
     ``features`` (static) switches on model and serving features the study uses
@@ -251,6 +251,9 @@ def inference(m: ModelSpec, rates: Rates, capacity, w: Workload, par: Parallel, 
                            spec)
         steady = par.dp * best * w.output_len / (at_best["ttft"] + w.output_len * at_best["tpot"])
         out["serving_throughput_tok_s"] = jnp.where(out["max_batch"] >= 1.0, steady, 0.0)
+    if "load" in features and sv is not None:  # a request load: the engine under it
+        out.update(serving.under_load(m, s, p, w, sv, rates, par, o, features, capacity,
+                                      weights, power, out))
     if "breakdown" in features:
         out.update(_breakdown(t["prefill"], t["decode"]))
     if "bound_signature" in names:

@@ -190,6 +190,27 @@ class Workload(NamedTuple):
     prefill_chunk: Any  # tokens per prefill chunk; 0: the whole prompt at once
 
 
+class Serving(NamedTuple):
+    """The request load on a deployment and how its engine schedules (serving under load).
+
+    ``concurrency`` and ``request_rate`` are the deployment's (dp replicas share them);
+    both 0: a static batch of ``Workload.batch``. ``max_num_seqs`` and ``max_num_tokens``
+    are per replica; ``separate`` 1 runs prefill steps apart from decode steps (SGLang),
+    0 mixes prompt chunks into decode steps (vLLM, TensorRT-LLM, llama.cpp)."""
+
+    concurrency: Any
+    request_rate: Any  # requests per second
+    arrival_cv: Any
+    max_num_seqs: Any
+    max_num_tokens: Any
+    separate: Any
+    prefix_cache_hit: Any
+    input_len_cv: Any
+    output_len_cv: Any
+    ttft_slo_s: Any  # 0: none
+    tpot_slo_s: Any
+
+
 class Power(NamedTuple):
     """Device power model of GenZ (GenZ/power.py): TDP split into a static share and
     compute, memory and network shares drawn in proportion to their utilization."""

@@ -42,12 +42,22 @@ def calibration_attrs(study: Study) -> dict:
     """The calibration a study ran under: file, framework and each device's values."""
     if study.calibration is None:
         return {"calibration": "none (plain roofline: an upper bound, every efficiency 1)"}
-    out = {"calibration": study.calibration.file, "calibration_framework": study.framework,
-           "calibration_values": json.dumps({
-               c.name: study.calibration.values(study.framework, c.name)
-               for c in study.hardware})}
+    fits = {fw: study.calibration_fit(fw) for fw in study.frameworks}
+    single = len(set(fits.values())) == 1
+    framework = next(iter(fits.values())) if single else ", ".join(
+        f"{fw}: {fit}" for fw, fit in fits.items())
+    values = {c.name: study.calibration.values(fit, c.name) for c in study.hardware
+              for fit in [next(iter(fits.values()))]} if single else {
+        f"{fw}/{c.name}": study.calibration.values(fit, c.name) for fw, fit in fits.items()
+        for c in study.hardware}
+    out = {"calibration": study.calibration.file, "calibration_framework": framework,
+           "calibration_values": json.dumps(values)}
     fallbacks = [line for c in study.hardware
                  if (line := study.calibration.fallback(c.name)) is not None]
+    borrowed = [f"framework {fw} runs under the {fit!r} fit" for fw, fit in fits.items()
+                if study.framework is None and fit != fw and not (fw == "trtllm"
+                                                                  and fit == "tensorrt-llm")]
+    fallbacks += borrowed
     if fallbacks:
         out["calibration_fallback"] = "; ".join(fallbacks)
     return out
@@ -77,7 +87,7 @@ def to_dataset(study: Study, arrays: dict[str, np.ndarray],
         info = meta[name]
         attrs = {"units": info.units, "long_name": info.long_name}
         if info.kind == "flags":
-            attrs.update(flag_masks=np.asarray(list(REASON_BITS.values()), np.uint8),
+            attrs.update(flag_masks=np.asarray(list(REASON_BITS.values()), np.uint16),
                          flag_meanings=" ".join(REASONS),
                          comment="; ".join(f"{k}: {v}" for k, v in REASONS.items()))
         elif info.kind == "codes":

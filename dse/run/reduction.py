@@ -99,7 +99,7 @@ def chunk_kernel(study, evaluator: Evaluator, spec: ReduceSpec, axis: int):
             "index": jnp.min(index, axis=rest) if rest else index,
             "n_valid": count(out["valid"]),
             "n_feasible": jnp.sum(feasible, axis=rest, dtype=jnp.int32),
-            "reason_count": jnp.stack([count((reason & jnp.uint8(bit)) != 0)
+            "reason_count": jnp.stack([count((reason & jnp.uint16(bit)) != 0)
                                        for bit in REASON_BITS.values()]),
         }
         if spec.histogram is not None:

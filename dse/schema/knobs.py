@@ -42,6 +42,10 @@ KINDS = {
     "pp_schedule": "one of \"1f1b\", \"gpipe\", \"zb-h1\", \"dualpipe\"",
     "optimizer": "an optimizer name (adamw, adam, adam_8bit, lion, sgd_momentum, sgd, "
                  "adafactor) or its state bytes per parameter (a number >= 0)",
+    "rate": "a number of requests per second >= 0 (0: none)",
+    "cv": "a coefficient of variation >= 0 (0: fixed)",
+    "cv_positive": "a coefficient of variation > 0 (1: Poisson)",
+    "framework": "a serving framework: vllm, sglang, trtllm, llama.cpp, generic",
 }
 
 # Activation recomputation strategies (Korthikanti et al. 2022), encoded as indices.
@@ -105,6 +109,30 @@ class InferencePoint:
     flash_attention: Any = knob(True, "flag", "fused attention (no score matrix in memory)")
     prefill_chunk: Any = knob(0, "int0", "tokens per prefill chunk (0: whole prompt)", "tokens")
     usecase: Any = knob(None, "usecase", "use-case preset (sets input_len and output_len)")
+    # Serving under load (docs/serving.md): a closed loop of clients or open-loop arrivals
+    concurrency: Any = knob(0, "int0", "closed-loop clients of the deployment, each sending "
+                            "its next request when its last completes (0: no load)",
+                            "requests")
+    request_rate: Any = knob(0.0, "rate", "open-loop requests per second to the deployment "
+                             "(0: no load)", "requests/s", "request rate")
+    arrival_cv: Any = knob(1.0, "cv_positive", "coefficient of variation of the gaps between "
+                           "arrivals (1: Poisson, more: burstier)")
+    framework: Any = knob(None, "framework", "serving framework: its scheduling, defaults and "
+                          "calibration")
+    max_num_seqs: Any = knob(0, "int0", "running-batch cap per replica (0: the framework's "
+                             "default)", "sequences")
+    max_num_tokens: Any = knob(0, "int0", "tokens per engine step (chunked prefill budget; 0: "
+                               "the framework's default)", "tokens")
+    prefix_cache_hit: Any = knob(0.0, "reserve", "share of prompt tokens whose KV comes from "
+                                 "the prefix cache")
+    input_len_cv: Any = knob(0.0, "cv", "coefficient of variation of prompt lengths "
+                             "(lognormal; 0: all input_len)")
+    output_len_cv: Any = knob(0.0, "cv", "coefficient of variation of output lengths "
+                              "(lognormal; 0: all output_len)")
+    ttft_slo_s: Any = knob(0.0, "seconds0", "TTFT objective a request must meet to count in "
+                           "goodput (0: none)", "s")
+    tpot_slo_s: Any = knob(0.0, "seconds0", "TPOT objective a request must meet to count in "
+                           "goodput (0: none)", "s")
     draft_model: Any = knob(None, "model", "speculative-decoding draft model")
     draft_len: Any = knob(0, "int0", "tokens the draft proposes per step (0: no speculation)",
                           "tokens")

@@ -74,6 +74,27 @@ INFERENCE = Registry({
                                      feature="speculative"),
     "cost_per_mtok": less("USD", "cost per million output tokens"),
     "energy_per_tok_j": less("J", "energy per output token"),
+    # serving under a request load (feature "load": concurrency or request_rate > 0)
+    "ttft_p50_s": less("s", "median time to first token under load", feature="load"),
+    "ttft_p90_s": less("s", "90th percentile time to first token under load", feature="load"),
+    "ttft_p99_s": less("s", "99th percentile time to first token under load", feature="load"),
+    "tpot_p50_s": less("s", "median time per output token under load", feature="load"),
+    "tpot_p90_s": less("s", "90th percentile time per output token under load",
+                       feature="load"),
+    "tpot_p99_s": less("s", "99th percentile time per output token under load",
+                       feature="load"),
+    "e2e_p90_s": less("s", "90th percentile request latency under load", feature="load"),
+    "e2e_p99_s": less("s", "99th percentile request latency under load", feature="load"),
+    "queue_s": less("s", "mean wait before a request's first prefill step", feature="load"),
+    "running_batch": more("sequences", "mean sequences decoding per step, per replica",
+                          feature="load"),
+    "request_throughput_req_s": more("requests/s", "requests completed per second",
+                                     feature="load"),
+    "goodput_req_s": more("requests/s", "requests per second that meet ttft_slo_s and "
+                          "tpot_slo_s", feature="load"),
+    "utilization": less("1", "request rate over the deployment's capacity", feature="load"),
+    "capacity_req_s": more("requests/s", "largest request rate the deployment sustains",
+                           feature="load"),
     "serving_throughput_tok_s": more(
         "tokens/s", "continuous-batching output tokens per second at max_batch", optional=True),
     "component_s": less("s", "time per component and phase", dims=BREAKDOWN_DIMS,
@@ -192,6 +213,8 @@ REASONS = {
                             "virtual stages with gpipe, zb-h1 or dualpipe, dualpipe with "
                             "an odd pp or fewer than 2 pp (or an odd number of) "
                             "micro-batches, or seq_len not divisible by 2 cp (training)",
+    "overloaded": "the request rate is at or past what the deployment can serve (latencies "
+                  "unbounded: NaN)",
 }
 REASON_BITS = {name: 1 << i for i, name in enumerate(REASONS)}
 

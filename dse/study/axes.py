@@ -66,6 +66,10 @@ def check_scalar(value: Any, kind: str, file, key: str) -> Any:
         if not isinstance(value, bool):
             raise InputError(file, key, f"value {value!r} is not valid", allowed)
         return value
+    if kind == "framework":
+        from ..catalogue.frameworks import resolve
+
+        return resolve(value, file, key).name
     if not _number(value) or not math.isfinite(value):
         raise InputError(file, key, f"value {value!r} is not valid", allowed)
     if kind in ("int", "int0"):
@@ -87,6 +91,10 @@ def check_scalar(value: Any, kind: str, file, key: str) -> Any:
     if kind == "ratio1" and not value >= 1:
         raise InputError(file, key, f"value {value!r} is not valid", allowed)
     if kind == "scale" and not value > 0:
+        raise InputError(file, key, f"value {value!r} is not valid", allowed)
+    if kind in ("rate", "cv") and not value >= 0:
+        raise InputError(file, key, f"value {value!r} is not valid", allowed)
+    if kind == "cv_positive" and not value > 0:
         raise InputError(file, key, f"value {value!r} is not valid", allowed)
     return value
 
@@ -143,7 +151,7 @@ def parse_axis(raw: Any, kind: str, file, key: str) -> tuple[bool, list]:
     """(is_axis, values): a list or range is an axis; a scalar is a fixed value."""
     if isinstance(raw, dict):
         if kind in ("model", "hardware", "flag", "usecase", "recompute", "pp_schedule",
-                    "optimizer"):
+                    "optimizer", "framework"):
             raise InputError(file, key, "ranges apply to numeric keys only", KINDS[kind])
         values = expand_range(raw, kind, file, key)
         return True, [check_scalar(v, kind, file, key) for v in values]

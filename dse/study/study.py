@@ -64,6 +64,41 @@ class Study:
     sensitivity: SensitivityConfig | None = None  # the [sensitivity] section, if any
 
     @property
+    def frameworks(self) -> tuple[str, ...]:
+        """The serving frameworks of the study (inference): [axes] framework, or the one
+        [study] framework names, or "generic"; the hardware table has one block of
+        devices per framework, in this order."""
+        if self.mode != "inference":
+            return ("generic",)
+        given = tuple(v for v in self.values("framework") if v is not None)
+        if given:
+            return given
+        if self.framework is not None:
+            from ..catalogue.frameworks import ALIASES, FRAMEWORKS
+
+            name = ALIASES.get(self.framework, self.framework)
+            return (name if name in FRAMEWORKS else "generic",)
+        return ("generic",)
+
+    def calibration_fit(self, framework: str) -> str | None:
+        """The calibration framework (fit) a serving framework runs under (None: the plain
+        roofline)."""
+        if self.calibration is None:
+            return None
+        if self.framework is not None:  # [study] framework: that fit for everything
+            return self.framework
+        from ..catalogue.frameworks import FRAMEWORKS, calibration_name
+
+        fit = calibration_name(FRAMEWORKS[framework], self.calibration.frameworks)
+        return fit if fit is not None else self.calibration.frameworks[0]
+
+    @property
+    def under_load(self) -> bool:
+        """Some point of the study serves a request load (concurrency or request_rate)."""
+        return self.mode == "inference" and any(
+            v > 0 for k in ("concurrency", "request_rate") for v in self.values(k))
+
+    @property
     def evaluation_width(self) -> int:
         """Evaluations per grid point (pipeline mode: one per candidate split)."""
         if self.pipeline is None:
@@ -95,6 +130,8 @@ class Study:
                 out.add("lora")
             if any(v > 0 for v in self.values("draft_len")):
                 out.add("speculative")
+            if self.under_load:
+                out.add("load")
         if self.mode == "training" and (  # uneven pipeline stages or a schedule not 1F1B
                 any(v != "1f1b" for v in self.values("pp_schedule"))
                 or any(v > 0 for k in ("first_stage_layers", "last_stage_layers")
@@ -248,7 +285,13 @@ def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = No
         pipeline = parse_pipeline(raw["pipeline"], file, base_dir,
                                   {c.name: c.fields["n_layers"] for c in model_cards.values()})
         hardware = pipeline.stages  # the stage table, in stage order
-    calibration, framework = _parse_calibration(head, file, base_dir, mode)
+    serving = tuple(v for v in values_of("framework") if v is not None) if (
+        "framework" in fields) else ()
+    if serving and "framework" in head:
+        raise InputError(file, "axes.framework", "given with study.framework",
+                         "the framework in one place: [axes] framework (serving, any number) "
+                         "or [study] framework (the calibration's)")
+    calibration, framework = _parse_calibration(head, file, base_dir, mode, bool(serving))
     axis_names = tuple(a.name for a in dims)
     search = (parse_search(raw["search"], file, mode, name, axis_names)
               if "search" in raw else None)
@@ -261,7 +304,7 @@ def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = No
                   sections=dict(raw), pipeline=pipeline, calibration=calibration,
                   framework=framework, search=search, sensitivity=sensitivity)
     _check_contradictions(study)
-    return study
+    return _check_load(study, axes_raw)
 
 
 # What a study runs under when it names no calibration: the shipped fit of every public
@@ -272,10 +315,19 @@ FRAMEWORK_CALIBRATION = "calibrations/public.toml"
 NO_CALIBRATION = "none"
 
 
-def _parse_calibration(head: dict, file: str, base_dir: Path | None, mode: str):
+def _parse_calibration(head: dict, file: str, base_dir: Path | None, mode: str,
+                       serving: bool = False):
     """([study] calibration, framework): the fitted efficiencies the study runs under
-    (None, None: the plain roofline)."""
+    (None, None: the plain roofline). ``serving``: the study names serving frameworks in
+    [axes], each of which runs under its own fit (the per-framework file by default)."""
     path, framework = head.get("calibration"), head.get("framework")
+    if serving and path != NO_CALIBRATION:
+        path = path if path is not None else FRAMEWORK_CALIBRATION
+        if not isinstance(path, str) or not path:
+            raise checks.invalid(file, "study.calibration", path,
+                                 'a path to a calibration .toml, or "none" (the plain roofline)')
+        resolved = input_path(path, base_dir, roots())
+        return calibration_files.load(resolved, referrer=file, key="study.calibration"), None
     if path == NO_CALIBRATION:
         if framework is not None:
             raise InputError(file, "study.framework", 'given with calibration = "none"',
@@ -333,6 +385,53 @@ def _check_contradictions(study: Study) -> None:
                 raise InputError(file, "axes.ep", f"ep = {_show(eps)} cannot split the "
                                  f"{experts} experts of {card.name}",
                                  "1, or a divisor of the MoE model's experts")
+
+
+def _check_load(study: Study, axes_raw: dict) -> Study:
+    """Serving-under-load keys that contradict each other, or outputs of a load the study
+    does not have; returns the study (``variables = "all"`` keeps only what it has)."""
+    if study.mode != "inference":
+        return study
+    file = study.file
+    closed = [v for v in study.values("concurrency") if v > 0]
+    rate = [v for v in study.values("request_rate") if v > 0]
+    if closed and rate:
+        raise InputError(file, "axes.request_rate", "given with axes.concurrency",
+                         "one load: concurrency (closed-loop clients) or request_rate "
+                         "(open-loop requests/s)")
+    load_only = {n for n, o in OUTPUTS["inference"].items() if o.feature == "load"}
+    if study.under_load:
+        key = "concurrency" if closed else "request_rate"
+        static = any(v == 0 for v in study.values(key))  # points with no load: batch applies
+        if "batch" in axes_raw and not static:
+            raise InputError(file, "axes.batch", "has no effect under a request load (the "
+                             "running batch follows from the load: output running_batch)",
+                             "no axes.batch; cap the running batch with axes.max_num_seqs")
+        if any(v > 0 for v in study.values("draft_len")):
+            raise InputError(file, "axes.draft_len", "speculative decoding under a request "
+                             "load is not modelled", "draft_len = 0 with concurrency or "
+                             "request_rate, or a static batch (no load keys)")
+        return study
+    wanted = [("output.variables", n) for n in (study.output.variables or ())
+              if study.output.variables and study.sections.get("output", {}).get(
+                  "variables") != "all"]
+    if study.search is not None:
+        wanted += [("search.objective", n) for n in study.search.objectives]
+        wanted += [("search.constraints", c.variable) for c in study.search.constraints]
+    for key, name in wanted:
+        if name in load_only:
+            raise InputError(file, key, f"{name!r} describes serving under a request load, "
+                             "and the study has none", "axes.concurrency or "
+                             "axes.request_rate > 0")
+    for key in ("ttft_slo_s", "tpot_slo_s"):
+        if any(v > 0 for v in study.values(key)):
+            raise InputError(file, f"axes.{key}", "an objective for goodput needs a request "
+                             "load", "axes.concurrency or axes.request_rate > 0")
+    if study.output.variables and study.sections.get("output", {}).get("variables") == "all":
+        kept = tuple(v for v in study.output.variables if v not in load_only)
+        return dataclasses.replace(study, output=dataclasses.replace(study.output,
+                                                                     variables=kept))
+    return study
 
 
 def _show(values) -> str:

@@ -77,6 +77,8 @@ def _point(point_type, cases: list[Case], model_index: dict[str, int]):
             leaves[f.name] = np.arange(len(cases), dtype=np.int32)
         elif f.name == "usecase":
             leaves[f.name] = np.full(len(cases), -1, np.int32)
+        elif f.name == "framework":  # one hardware entry per row: no framework blocks
+            leaves[f.name] = np.zeros(len(cases), np.int32)
         else:
             leaves[f.name] = _leaf(f.name, [c.knobs.get(f.name) for c in cases], f.default)
     return point_type(**leaves)
@@ -175,7 +177,7 @@ def predict_with_reasons(theta, prob: Problem, calibrated: bool = True):
     z = row_parameters(theta, prob)
     values = C.from_unconstrained_all(z, jnp)
     pred = jnp.zeros(prob.size, z.dtype)
-    reason = jnp.zeros(prob.size, jnp.uint8)
+    reason = jnp.zeros(prob.size, jnp.uint16)
     for b in prob.batches:
         hw = b.evaluator.hardware
         if calibrated:

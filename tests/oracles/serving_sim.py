@@ -5,23 +5,39 @@ checked against this: an explicit queue, an explicit scheduler and one engine st
 time, as vLLM, SGLang and TensorRT-LLM run them. It shares only the step-time model
 with the code under test, so the queueing and batching logic is independent.
 
-Scheduler (vLLM V1 / SGLang style, first come first served):
+Scheduler (first come first served):
 
-- every engine step decodes one token of every running sequence whose prompt is done;
 - waiting requests are admitted in arrival order while the running batch is below
-  ``max_num_seqs``; the step's token budget ``max_num_tokens`` is spent on the decode
-  tokens first, then on prompt chunks of admitted requests (chunked prefill), oldest
-  first; a prompt may take several steps;
+  ``max_num_seqs``;
+- ``policy = "mixed"`` (vLLM V1, TensorRT-LLM in-flight batching, llama.cpp): every
+  engine step decodes one token of every running sequence whose prompt is done; the
+  step's token budget ``max_num_tokens`` is spent on those decode tokens first, then on
+  prompt chunks of admitted requests (chunked prefill), oldest first; a prompt may take
+  several steps;
+- ``policy = "separate"`` (SGLang without --enable-mixed-chunk): a step with prompt work
+  waiting is a prefill step (prompt chunks only, up to ``max_num_tokens``, oldest
+  first) and decodes nothing; otherwise it is a decode step;
 - a request's first token comes out of the step that finishes its prompt; it leaves
-  after ``output_len`` tokens (its first included).
+  after ``output_len`` tokens (its first included). With ``prefix_cache_hit`` h, the
+  first round(h x input_len) prompt tokens are cached: the prompt computes the rest,
+  attending to them.
+
+The step time is ``step_time(decoding, chunks)``: the number of sequences decoding in the
+step and (tokens, tokens before them) of each prompt chunk. A run of decode-only steps
+with nothing to admit has a fixed composition, so it is advanced to its next event (a
+finish, or an arrival that can be admitted) at once, which is exact.
 
 Load: ``concurrency`` closed-loop clients (each sends its next request when the last
 one completes, no think time), or open-loop arrivals at ``request_rate`` per second,
-Poisson or gamma-distributed gaps with coefficient of variation ``arrival_cv``.
+Poisson or gamma-distributed gaps with coefficient of variation ``arrival_cv``. Lengths
+are lognormal with the given mean and coefficient of variation (rounded, at least 1).
 
 Records per request: arrival, admission (its first prefill step starts), first token,
 finish. TTFT = first token - arrival, TPOT = (finish - first token) / (output_len - 1),
-queue = admission - arrival.
+queue = admission - arrival. Statistics are taken in steady state: over the requests
+that arrive after the first ``warmup`` and before the last ``cooldown`` (which keep the
+load on while the measured ones finish); throughput and the running batch over the time
+those measured requests arrive in.
 """
 
 from __future__ import annotations
@@ -34,90 +50,87 @@ from typing import Callable
 
 import numpy as np
 
-
-@dataclasses.dataclass
-class Request:
-    id: int
-    arrival: float
-    input_len: int
-    output_len: int
-    prefilled: int = 0  # prompt tokens processed
-    generated: int = 0  # output tokens produced
-    admitted: float = math.nan
-    first_token: float = math.nan
-    finish: float = math.nan
-    client: int = -1
-
-
-# step_time(decode_contexts, prefill_chunks) -> seconds: the contexts (tokens in the KV
-# cache) of the sequences decoding this step, and (chunk tokens, tokens before the chunk)
-# of each prompt chunk in it.
-StepTime = Callable[[list[int], list[tuple[int, int]]], float]
+StepTime = Callable[[int, list[tuple[int, int]]], float]
 
 
 @dataclasses.dataclass(frozen=True)
 class Result:
-    requests: list[Request]
-    duration_s: float
+    arrival: np.ndarray  # the measured requests
+    admitted: np.ndarray
+    first_token: np.ndarray
+    finish: np.ndarray
+    output_len: np.ndarray
+    duration_s: float  # the window they arrived in
+    completions: int  # requests (any) finished in that window
     steps: int
-    mean_running: float  # sequences per step, time-weighted
-
-    def _done(self):
-        return [r for r in self.requests if not math.isnan(r.finish)]
+    mean_running: float  # sequences per step in the window, time-weighted
+    mixed_share: float  # share of the window's steps that carried prompt work
 
     def ttft(self) -> np.ndarray:
-        return np.asarray([r.first_token - r.arrival for r in self._done()])
+        return self.first_token - self.arrival
 
     def tpot(self) -> np.ndarray:
-        return np.asarray([(r.finish - r.first_token) / (r.output_len - 1)
-                           for r in self._done() if r.output_len > 1])
+        long = self.output_len > 1
+        return (self.finish - self.first_token)[long] / (self.output_len[long] - 1)
 
     def e2e(self) -> np.ndarray:
-        return np.asarray([r.finish - r.arrival for r in self._done()])
+        return self.finish - self.arrival
 
     def queue(self) -> np.ndarray:
-        return np.asarray([r.admitted - r.arrival for r in self._done()])
+        return self.admitted - self.arrival
 
     def throughput_req_s(self) -> float:
-        done = self._done()
-        return len(done) / self.duration_s
+        return self.completions / self.duration_s
 
 
-def _lengths(rng, mean: float, cv: float, n: int) -> np.ndarray:
-    """n integer lengths >= 1 with that mean and coefficient of variation (gamma)."""
+def lengths(rng, mean: float, cv: float, n: int) -> np.ndarray:
+    """n integer lengths >= 1, lognormal with that mean and coefficient of variation."""
     if cv <= 0.0:
         return np.full(n, max(int(round(mean)), 1))
-    shape = 1.0 / cv ** 2
-    return np.maximum(np.rint(rng.gamma(shape, mean / shape, n)), 1).astype(int)
+    sigma2 = math.log1p(cv * cv)
+    draws = rng.lognormal(math.log(mean) - sigma2 / 2.0, math.sqrt(sigma2), n)
+    return np.maximum(np.rint(draws), 1).astype(int)
 
 
 def simulate(step_time: StepTime, *, input_len: float, output_len: float,
              concurrency: int = 0, request_rate: float = 0.0, arrival_cv: float = 1.0,
              input_len_cv: float = 0.0, output_len_cv: float = 0.0,
-             max_num_seqs: int = 256, max_num_tokens: int = 8192,
-             n_requests: int = 2000, warmup: int = 200, seed: int = 0) -> Result:
-    """Run the engine until ``n_requests`` have completed after the first ``warmup``
-    (whose records are dropped). Exactly one of ``concurrency`` and ``request_rate``."""
+             max_num_seqs: int = 256, max_num_tokens: int = 8192, policy: str = "mixed",
+             prefix_cache_hit: float = 0.0, n_requests: int = 2000, warmup: int = 200,
+             cooldown: int | None = None, seed: int = 0) -> Result:
+    """Run the engine until every request has completed and measure the ``n_requests``
+    that arrive after the first ``warmup`` (``cooldown`` more arrive after them: by
+    default 2 x concurrency + 50). Exactly one of ``concurrency`` and ``request_rate``."""
     if (concurrency > 0) == (request_rate > 0.0):
         raise ValueError("exactly one of concurrency and request_rate")
+    if policy not in ("mixed", "separate"):
+        raise ValueError(f"unknown policy {policy!r}")
+    if cooldown is None:
+        cooldown = 2 * concurrency + 50
     rng = np.random.default_rng(seed)
-    total = n_requests + warmup
-    ins = _lengths(rng, input_len, input_len_cv, total)
-    outs = _lengths(rng, output_len, output_len_cv, total)
-    arrivals: list[tuple[float, int]] = []  # heap of (time, request id)
+    total = n_requests + warmup + cooldown
+    ins = lengths(rng, input_len, input_len_cv, total)
+    outs = lengths(rng, output_len, output_len_cv, total)
+    cached = np.minimum(np.rint(prefix_cache_hit * ins).astype(int), ins - 1)
+    arrival = np.full(total, math.nan)
+    admitted = np.full(total, math.nan)
+    first = np.full(total, math.nan)
+    finish = np.full(total, math.nan)
+    prefilled = cached.copy()
+    generated = np.zeros(total, int)
+    pending: list[tuple[float, int]] = []  # heap of (time, request id) not yet arrived
     made = 0
 
-    def make(t: float, client: int = -1) -> None:
+    def make(t: float) -> None:
         nonlocal made
         if made < total:
-            heapq.heappush(arrivals, (t, made))
-            requests.append(Request(made, t, int(ins[made]), int(outs[made]), client=client))
+            arrival[made] = t
+            heapq.heappush(pending, (t, made))
             made += 1
 
-    requests: list[Request] = []
     if concurrency:
-        for c in range(concurrency):
-            make(0.0, c)
+        for _ in range(concurrency):
+            make(0.0)
     else:
         if arrival_cv <= 0.0:
             gaps = np.full(total, 1.0 / request_rate)
@@ -126,49 +139,83 @@ def simulate(step_time: StepTime, *, input_len: float, output_len: float,
             gaps = rng.gamma(shape, 1.0 / (request_rate * shape), total)
         for t in np.cumsum(gaps):
             make(float(t))
-    waiting: deque[Request] = deque()
-    running: list[Request] = []
-    now, steps, busy_weighted, finished = 0.0, 0, 0.0, 0
+    waiting: deque[int] = deque()
+    running: list[int] = []
+    now, steps, finished = 0.0, 0, 0
+    log: list[tuple[float, float, int, int, bool]] = []  # start, end, steps, running, prompt
+
+    def retire(done: list[int]) -> None:
+        nonlocal finished, running
+        for r in done:
+            finish[r] = now
+            finished += 1
+            if concurrency:
+                make(now)
+        running = [r for r in running if np.isnan(finish[r])]
+
     while finished < total:
-        while arrivals and arrivals[0][0] <= now:
-            waiting.append(requests[heapq.heappop(arrivals)[1]])
+        while pending and pending[0][0] <= now:
+            waiting.append(heapq.heappop(pending)[1])
         if not running and not waiting:
-            now = arrivals[0][0]  # idle until the next arrival
+            now = pending[0][0]  # idle until the next arrival
             continue
         while waiting and len(running) < max_num_seqs:
             running.append(waiting.popleft())
-        decoding = [r for r in running if r.prefilled == r.input_len]
+        prompts = [r for r in running if prefilled[r] < ins[r]]
+        if not prompts:  # decode-only: the same step until a finish or an admission
+            dt = step_time(len(running), [])
+            left = min(outs[r] - generated[r] for r in running)
+            k = left
+            if pending and len(running) < max_num_seqs:
+                k = min(k, max(1, math.ceil((pending[0][0] - now) / dt)))
+            log.append((now, now + k * dt, k, len(running), False))
+            now += k * dt
+            steps += k
+            for r in running:
+                generated[r] += k
+            retire([r for r in running if generated[r] >= outs[r]])
+            continue
+        decoding = [] if policy == "separate" else [r for r in running if prefilled[r] == ins[r]]
         budget = max_num_tokens - len(decoding)
-        chunks: list[tuple[Request, int]] = []
-        for r in running:
-            if r.prefilled < r.input_len and budget > 0:
-                take = min(r.input_len - r.prefilled, budget)
-                chunks.append((r, take))
-                budget -= take
+        chunks: list[tuple[int, int]] = []
+        for r in prompts:
+            if budget <= 0:
+                break
+            take = min(ins[r] - prefilled[r], budget)
+            chunks.append((r, take))
+            budget -= take
         if not decoding and not chunks:
             raise RuntimeError("max_num_tokens admits no work")
-        dt = step_time([r.input_len + r.generated for r in decoding],
-                       [(take, r.prefilled) for r, take in chunks])
+        dt = step_time(len(decoding), [(take, int(prefilled[r])) for r, take in chunks])
         for r, _ in chunks:
-            if math.isnan(r.admitted):
-                r.admitted = now
+            if np.isnan(admitted[r]):
+                admitted[r] = now
+        log.append((now, now + dt, 1, len(running), bool(chunks)))
         now += dt
         steps += 1
-        busy_weighted += dt * len(running)
         for r in decoding:
-            r.generated += 1
+            generated[r] += 1
         for r, take in chunks:
-            r.prefilled += take
-            if r.prefilled == r.input_len:
-                r.generated = 1
-                r.first_token = now
-        for r in [r for r in running if r.generated >= r.output_len]:
-            r.finish = now
-            running.remove(r)
-            finished += 1
-            if concurrency:
-                make(now, r.client)
-    kept = sorted(requests, key=lambda r: r.arrival)[warmup:]
-    start = min(r.arrival for r in kept)
-    end = max(r.finish for r in kept if not math.isnan(r.finish))
-    return Result(kept, end - start, steps, busy_weighted / now)
+            prefilled[r] += take
+            if prefilled[r] == ins[r]:
+                generated[r] = 1
+                first[r] = now
+        retire([r for r in running if generated[r] >= outs[r]])
+    order = np.lexsort((np.arange(total), arrival))
+    kept = order[warmup:warmup + n_requests]
+    start, end = arrival[kept[0]], arrival[kept[-1]]
+    if end <= start:  # every measured request arrived at once: use their service span
+        end = float(np.max(finish[kept]))
+    completions = int(np.sum((finish > start) & (finish <= end)))
+    weighted = 0.0
+    mixed = count = 0.0
+    for t0, t1, k, n, prompt in log:
+        overlap = min(t1, end) - max(t0, start)
+        if overlap > 0.0:
+            weighted += overlap * n
+            share = overlap / (t1 - t0)
+            count += k * share
+            mixed += prompt * k * share
+    return Result(arrival[kept], admitted[kept], first[kept], finish[kept], outs[kept],
+                  end - start, completions, steps, weighted / max(end - start, 1e-30),
+                  mixed / max(count, 1e-30))

@@ -48,6 +48,41 @@ def test_token_budget_chunks_a_long_prompt():
         return 0.01
 
     res = simulate(step, input_len=1000, output_len=2, concurrency=1, max_num_tokens=256,
-                   n_requests=1, warmup=0)
+                   n_requests=1, warmup=0, cooldown=0)
     assert seen[:4] == [[256], [256], [256], [232]]
     assert res.ttft()[0] == pytest.approx(0.04)
+
+
+def test_decode_runs_are_skipped_exactly():
+    """Skipping a run of decode-only steps to its next event changes nothing: with
+    step = 1 ms + 0.1 ms per decoding sequence, c = 3 clients of 10-token prompts
+    (budget 100: one step each, admitted at once) and 50-token outputs, every request
+    spends 1 prefill step and 49 decode steps; in steady state all three run together,
+    so each decode step takes 1.3 ms and a prefill step (with two decoding) 1.2 ms."""
+    def step(decoding, chunks):
+        return 1e-3 + 1e-4 * decoding
+
+    res = simulate(step, input_len=10, output_len=50, concurrency=3, max_num_tokens=100,
+                   n_requests=300, warmup=30, seed=3)
+    # the three clients stay in step: each TPOT is 49 decode steps of 3 sequences
+    np.testing.assert_allclose(res.tpot(), 1.3e-3, rtol=1e-6)
+    np.testing.assert_allclose(res.ttft(), 1.0e-3, rtol=1e-6)
+
+
+def test_separate_prefill_steps_decode_nothing():
+    """SGLang's policy: a prefill step decodes nothing. One client: its prompt step, then
+    9 decode steps alone (TTFT 5 ms, TPOT 2 ms); two clients started together: both
+    prompts in the first step, then 9 decode steps, and in steady state each new prompt
+    step (5 ms) falls between the other's decode steps."""
+    def step(decoding, chunks):
+        return 0.005 if chunks else 0.002
+
+    res = simulate(step, input_len=100, output_len=10, concurrency=1, policy="separate",
+                   n_requests=20, warmup=2)
+    np.testing.assert_allclose(res.ttft(), 0.005)
+    np.testing.assert_allclose(res.tpot(), 0.002)
+    two = simulate(step, input_len=100, output_len=10, concurrency=2, policy="separate",
+                   n_requests=20, warmup=2)
+    # the clients stay in step: one prompt step for both, then 9 decode steps together
+    np.testing.assert_allclose(two.ttft(), 0.005)
+    np.testing.assert_allclose(two.tpot(), 0.002)

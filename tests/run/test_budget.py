@@ -66,13 +66,13 @@ def _one_line_error(capsys, *parts):
 def test_the_estimate_is_exact():
     """Each output is stored over the axes it depends on, at its dtype: TTFT, TPOT and
     throughput over hardware x batch x tp (float32); memory per device over batch x tp
-    only (the device's capacity does not change what it holds); valid and reason (one
-    byte each) over all three, since fitting depends on the device."""
+    only (the device's capacity does not change what it holds); valid (one byte) and
+    reason (two bytes: nine flags) over all three, since fitting depends on the device."""
     study = parse_study(SMALL, "<small>")
     need = budget.estimate(study)
     grid = 2 * 3 * 2  # hardware x batch x tp (one model)
     assert need.points == grid
-    assert need.result_bytes == 3 * 4 * grid + 4 * (3 * 2) + 1 * grid + 1 * grid
+    assert need.result_bytes == 3 * 4 * grid + 4 * (3 * 2) + 1 * grid + 2 * grid
 
 
 def test_a_grid_too_big_for_the_disk_stops_before_it_starts(tmp_path, capsys, no_evaluation):

@@ -1,0 +1,352 @@
+"""Serving under load: continuous batching with closed-loop clients or open-loop arrivals.
+
+A replica runs engine steps back to back. A step decodes one token of each of the B
+running sequences whose prompt is done and spends what is left of the token budget M on
+prompt chunks, oldest first (``separate = 0``: vLLM V1, TensorRT-LLM, llama.cpp); or,
+with ``separate = 1`` (SGLang), a step with prompt work waiting is a prefill step that
+decodes nothing. A request holds one of the S running slots from admission to its last
+token. Its step time is the engine's (:mod:`dse.formulas.engine`):
+``step(B, P, n)`` with B decoding sequences, P prompt tokens in n chunks.
+
+The model is a mean field over steps, solved as a fixed point a fixed number of times
+(no per-point simulation), everything an array:
+
+- **Steps.** A step carries prompt work when the prompt buffer is not empty: prompts
+  arrived during the previous step (open loop: Poisson at rate lambda over the step's
+  length; closed loop: the requests that finished in it), or work carried over, whose
+  probability is that of a slotted queue (:func:`~dse.formulas.queueing.busy_probability`)
+  or of a prompt longer than the budget. Decode-only and prompt steps alternate as a
+  two-state chain; prompt tokens per prompt step follow from conservation of work
+  (lognormal buffer capped at the budget); the mean step comes from the linearized
+  balance tbar = tau_d / (1 - kappa lambda E[I]) (kappa: seconds a prompt token adds).
+- **Batch.** Decoding sequences B = lambda x decode time (Little's law); a decoding
+  request sees itself plus the others (Poisson occupancy in the open loop, c - 1 in the
+  closed loop), which matters where the step grows with the batch (MoE experts).
+- **TTFT** = residual of the running step (open loop: E[tau^2] / 2 E[tau]) + the steps
+  that process the prompt: the tokens ahead (work carried over + half the prompts that
+  arrived with it) fill full steps before its last one, which it shares with the rest.
+- **TPOT** per output length: the decode step plus the prompt work of others in the
+  steps it decodes in; the step after its own prompt step is correlated with it (more
+  arrivals during a long step), decaying with the branching ratio.
+- **Closed loop**: throughput X from Little's law c = X (TTFT + decode time), with the
+  c - S requests beyond the slots waiting for S departures; **open loop**: capacity is
+  the closed loop at c = S (slots always full), ``overloaded`` where lambda >= capacity,
+  and the wait for a slot is M/G/S (Erlang C with the Allen-Cunneen factor).
+- **Percentiles**: mixtures over quantile nodes of the length distributions (inputs for
+  TTFT, outputs for TPOT and E2E), the residual of the running step (uniform over a step
+  drawn size-biased), the wait for a slot, and the prompt work of others.
+
+Lengths are lognormal with the given means and coefficients of variation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from . import queueing as q
+from .load_tails import tails
+
+ITERATIONS = 40  # relaxations of the step mean field at a given rate (open loop)
+BISECTIONS = 28  # bracketed trials of the closed loop's throughput
+DAMP = 0.5
+INNER = 8  # relaxations per trial (the mean field is carried from one to the next)
+
+
+class Load(NamedTuple):
+    """The request load on one replica and how its engine schedules."""
+
+    rate: Any  # open-loop arrivals per second (0: closed loop)
+    clients: Any  # closed-loop clients (0: open loop)
+    arrival_cv: Any  # coefficient of variation of the open loop's gaps (1: Poisson)
+    slots: Any  # running-batch cap S (max_num_seqs, at most what the KV memory holds)
+    budget: Any  # tokens per engine step M (max_num_tokens)
+    separate: Any  # 1: prefill steps apart from decode steps, 0: chunked prefill mixed in
+    prefix_hit: Any  # fraction of prompt tokens served from the prefix cache
+
+
+class Lengths(NamedTuple):
+    input_len: Any
+    input_cv: Any
+    output_len: Any
+    output_cv: Any
+
+
+StepTime = Callable[[Any, Any, Any], Any]  # (decoding B, prompt tokens P, chunks n) -> s
+
+
+class _Nodes(NamedTuple):
+    prompt: Any  # computed prompt tokens at the input-length nodes
+    prompt_w: Any
+    decode: Any  # decode steps (output tokens - 1) at the output-length nodes
+    decode_w: Any
+    mean_prompt: Any
+    prompt_m2: Any
+    mean_decode: Any
+    prompt_q: Any  # at the quantile nodes (percentiles)
+    decode_q: Any
+
+
+def _nodes(lengths: Lengths, hit, rank: int) -> _Nodes:
+    inputs, iw = q.lognormal_nodes(lengths.input_len, lengths.input_cv ** 2)
+    outputs, ow = q.lognormal_nodes(lengths.output_len, lengths.output_cv ** 2)
+    prompt = (1.0 - hit) * jnp.maximum(inputs, 1.0)
+    decode = jnp.maximum(outputs - 1.0, 0.0)
+    prompt_q = (1.0 - hit) * jnp.maximum(
+        q.lognormal_quantile_nodes(lengths.input_len, lengths.input_cv ** 2), 1.0)
+    decode_q = jnp.maximum(
+        q.lognormal_quantile_nodes(lengths.output_len, lengths.output_cv ** 2) - 1.0, 0.0)
+    return _Nodes(prompt, iw, decode, ow, jnp.sum(iw * prompt, 0), jnp.sum(iw * prompt ** 2, 0),
+                  jnp.sum(ow * decode, 0), prompt_q, decode_q)
+
+
+def _continuation(nodes: _Nodes, budget):
+    """Steps a prompt spans beyond its first when it runs alone."""
+    return jnp.sum(nodes.prompt_w * (jnp.ceil(nodes.prompt / budget - 1e-6) - 1.0), 0)
+
+
+class _State(NamedTuple):
+    x: Any  # throughput (requests/s)
+    tbar: Any  # mean step
+    var_t: Any  # variance of a step's length
+    f: Any  # share of steps with prompt work
+    m1: Any  # mean prompt step
+    tpot: Any
+    ttft: Any  # without the wait for a slot
+
+
+def _steps(step: StepTime, nodes: _Nodes, load: Load, s: _State, closed, clients):
+    """One pass of the step mean field at throughput s.x: its new values and the parts
+    the tagged request reads."""
+    x, sep = s.x, load.separate
+    b = jnp.minimum(x * nodes.mean_decode * s.tpot, load.slots)
+    bs = b * (1.0 - sep)
+    cap = jnp.maximum(load.budget - bs, 1.0)
+    tau_d = step(b, 0.0, 0.0)
+    ei, ei2 = nodes.mean_prompt, nodes.prompt_m2
+    work = x * ei * s.tbar  # prompt tokens per step
+    a_closed = jnp.where(sep > 0.0, x * s.tbar / jnp.maximum(1.0 - s.f, 1e-6), x * s.tbar)
+    a_d = jnp.where(closed, a_closed, x * tau_d)
+    a_m = jnp.where(closed, jnp.where(sep > 0.0, 0.0, a_closed), x * s.m1)
+    var_work = x * ei2 * s.tbar + jnp.where(closed, 0.0, (x * ei) ** 2 * s.var_t)
+    carry = q.busy_probability(x * s.tbar, ei, ei2 + ei * ei * x * s.var_t
+                               / jnp.maximum(s.tbar, 1e-30), cap)
+    carry = 1.0 - (1.0 - carry) * (1.0 - jnp.minimum(x * s.tbar * _continuation(nodes, cap),
+                                                      1.0))
+    p_d = 1.0 - (1.0 - carry) * jnp.exp(-a_d)
+    p_m = 1.0 - (1.0 - carry) * jnp.exp(-a_m)
+    f = p_d / jnp.maximum(1.0 - p_m + p_d, 1e-12)
+    # The prompt server (time) works a share rho_t = lambda E[I] t_full / M of the time
+    # in full steps. In a busy period (M/G/1: E[I] / (1 - rho_t) prompt tokens) prompt
+    # steps are full but the last, so at most that many tokens per prompt step: prompts
+    # queued behind each other pack the steps, where arrivals alone would spread them.
+    t_full = step(bs, cap, jnp.maximum(x * s.tbar / jnp.maximum(s.f, 1e-9), 1.0))
+    rho_t = jnp.clip(x * ei * t_full / cap, 0.0, 1.0 - 1e-6)
+    period = ei / (1.0 - rho_t)
+    packed = period / (jnp.floor(period / cap) + 1.0)
+    f = jnp.clip(jnp.maximum(jnp.minimum(f, work / packed), work / cap), 1e-9, 1.0)
+    # the prompt buffer of a prompt step: lognormal, its capped mean the work per step
+    buffer = work / f
+    cv2 = jnp.maximum(var_work / f + work ** 2 / f - work ** 2 / f ** 2, 0.0) / jnp.maximum(
+        buffer, 1e-30) ** 2
+    s2 = jnp.log1p(cv2)
+    buffer = q.lognormal_mean_with_capped_mean(jnp.minimum(buffer, cap * (1.0 - 1e-6)), s2, cap)
+    wn, ww = q.lognormal_nodes(buffer, cv2, 5)
+    chunks = jnp.maximum(x * s.tbar / f, 1.0)
+    tq = step(bs, jnp.minimum(wn, cap), chunks)
+    m1, m2 = jnp.sum(ww * tq, 0), jnp.sum(ww * tq * tq, 0)
+    per_token = jnp.where(sep > 0.0, f * m1, f * (m1 - tau_d)) / jnp.maximum(work, 1e-30)
+    den = 1.0 - per_token * x * ei
+    tb = jnp.where(sep > 0.0, (1.0 - f) * tau_d, tau_d) / jnp.maximum(den, 0.05)
+    # overloaded: prompt work alone would fill every step (full steps of the budget)
+    over = x * ei * t_full >= cap * (1.0 - 1e-6)
+    damp = DAMP * sep  # a separate prefill step feeds back on itself: damped
+    tbar = damp * s.tbar + (1.0 - damp) * tb
+    var_t = jnp.maximum((1.0 - f) * tau_d ** 2 + f * m2 - tbar ** 2, 0.0)
+    r = jnp.clip(per_token * x * ei, 0.0, 0.95)  # step-length autocorrelation
+    share = jnp.where(closed, (clients - 1.0) / jnp.maximum(clients, 1.0), 1.0)
+    seen = _seen_decode_step(step, b, closed, share, load.slots)
+    fo = f * share
+    base = jnp.where(sep > 0.0, seen + fo / jnp.maximum(1.0 - fo, 1e-6) * m1,
+                     seen + fo * (m1 - tau_d))
+    parts = dict(b=b, bs=bs, cap=cap, tau_d=tau_d, carry=carry, work=work, buffer=buffer,
+                 chunks=chunks, m2=m2, p_d=p_d, p_m=p_m, r=r, share=share, base=base, seen=seen,
+                 over=over, t_full=t_full, rho_t=rho_t, slope=(step(b + 1.0, 0.0, 0.0) - step(jnp.maximum(b - 1.0, 0.0), 0.0,
+                                                                 0.0)) / 2.0)
+    return s._replace(tbar=tbar, var_t=var_t, f=f, m1=m1), parts
+
+
+def _seen_decode_step(step, b, closed, share, slots):
+    """The decode step as a decoding request sees it: itself and the others (open loop:
+    Poisson occupancy, as normal nodes; closed loop: the other clients' share)."""
+    zn, wn = q.normal_nodes(5, jnp.ndim(b))
+    others = jnp.clip(b + jnp.sqrt(jnp.maximum(b, 1e-12)) * zn, 0.0, slots - 1.0)
+    open_loop = jnp.sum(wn * step(1.0 + others, 0.0, 0.0), 0)
+    closed_loop = step(jnp.minimum(b * share + 1.0, slots), 0.0, 0.0)
+    return jnp.where(closed, closed_loop, open_loop)
+
+
+def _tagged(step, nodes: _Nodes, s: _State, p, closed, full: bool):
+    """TTFT (without the wait for a slot), TPOT per output node and what they need."""
+    x, ei = s.x, nodes.mean_prompt
+    et2 = s.var_t + s.tbar ** 2
+    residual = jnp.where(closed, 0.0, et2 / (2.0 * s.tbar))
+    # prompts arriving with it: closed loop, the others finishing in the same step;
+    # open loop, those arriving during the (size-biased) step it arrives in
+    arrivals = jnp.where(closed, x * s.tbar, x * et2 / s.tbar) * p["share"]
+    # prompt tokens carried over from step to step (the buffer beyond the budget)
+    backlog = jnp.maximum(s.f * p["buffer"] - p["work"], 0.0)
+    # open loop: the wait for the prompt server, M/G/1 in time: its unfinished work at an
+    # arrival (Pollaczek-Khinchine, in tokens at M per full step) beyond the step in
+    # progress and the carry-over, at t_full per M tokens; busy with probability rho_t
+    pk = (x * p["share"] * nodes.prompt_m2 * p["t_full"]
+          / (2.0 * p["cap"] * (1.0 - p["rho_t"])))
+    current = jnp.minimum(p["work"] / s.f, p["cap"])
+    prompt_wait = jnp.where(closed, 0.0, jnp.maximum(pk - current - backlog, 0.0)
+                            / p["cap"] * p["t_full"])
+    ahead = backlog + arrivals / 2.0 * ei
+    behind = arrivals / 2.0 * ei
+    cap, bs, chunks = p["cap"], p["bs"], p["chunks"]
+    t_full = step(bs, cap, chunks)
+    if full:
+        p_ahead = jnp.maximum(1.0 - (1.0 - p["carry"]) * jnp.exp(-arrivals / 2.0), 1e-9)
+        mean_a = jnp.maximum(ahead, 1e-9 * ei) / p_ahead
+        var_a = (arrivals / 2.0 * nodes.prompt_m2 + backlog ** 2) / p_ahead - mean_a ** 2
+        an, aw = q.lognormal_nodes(mean_a, jnp.maximum(var_a, 0.0) / mean_a ** 2, 5)
+        an = jnp.concatenate([jnp.zeros_like(an[:1]), an])
+        aw = jnp.concatenate([(1.0 - p_ahead)[None] * jnp.ones_like(aw[:1]), p_ahead * aw])
+        total = nodes.prompt[:, None] + an[None]  # [input node, ahead node]
+    else:
+        total = nodes.prompt + ahead
+    full_steps = jnp.floor(total / cap)
+    last = jnp.minimum(total - full_steps * cap + behind, cap)
+    t_last = step(bs, last, chunks)
+    duration = full_steps * t_full + t_last
+    if full:
+        own = jnp.sum(nodes.prompt_w[:, None] * aw[None] * t_last, (0, 1))
+        prefill = jnp.sum(nodes.prompt_w * jnp.sum(aw[None] * duration, 1), 0)
+    else:
+        own = jnp.sum(nodes.prompt_w * t_last, 0)
+        prefill = jnp.sum(nodes.prompt_w * duration, 0)
+    first = jnp.where(closed, s.tbar, s.tbar + p["r"] * (own - s.tbar))
+    n = jnp.maximum(nodes.decode, 1.0)
+    r = p["r"]
+    decay = (1.0 - r ** n) / jnp.maximum((1.0 - r) * n, 1e-12)
+    tpot_n = p["base"] + (first - s.tbar) * decay
+    w = nodes.decode_w * (nodes.decode > 0.5)
+    tpot = jnp.sum(w * tpot_n, 0) / jnp.maximum(jnp.sum(w, 0), 1e-30)
+    decode_time = jnp.sum(nodes.decode_w * nodes.decode * tpot_n, 0)
+    prefill = prefill + prompt_wait
+    # the prompt work queued when a request starts to decode (M/G/1: a departure leaves
+    # the time-average workload behind, mean pk in tokens, busy with probability rho_t)
+    backlog_s = jnp.where(closed, 0.0, pk / p["cap"] * p["t_full"])
+    out = dict(residual=residual, prefill=prefill, prompt_wait=prompt_wait, tpot=tpot,
+               backlog_s=backlog_s,
+               tpot_n=tpot_n,
+               decode_time=decode_time, t_full=t_full, backlog=backlog, arrivals=arrivals)
+    if full:
+        out.update(aw=aw, an=an)
+    return out
+
+
+def _solve(step, nodes: _Nodes, load: Load, closed, iterations: int) -> _State:
+    """The fixed point, in one loop: relax the step mean field; where the loop is closed,
+    every ``INNER`` relaxations take a bisection step in log x on Little's law
+    x (TTFT + decode time) = min(c, S) within [x_hi 1e-6, x_hi] (x_hi from the decode
+    time at batch 1), ``BISECTIONS`` of them, then relax ``iterations`` times at the last
+    x known to fit. Open loops relax at their rate throughout."""
+    clients = load.clients
+    n_target = jnp.minimum(clients, load.slots)
+    init_tau = step(1.0, 0.0, 0.0)
+    zero = 0.0 * (load.rate + n_target + init_tau)
+    x_hi = n_target / jnp.maximum(nodes.mean_decode * init_tau, 1e-30) + zero
+    lo, hi = jnp.log(jnp.maximum(x_hi, 1e-30) * 1e-6), jnp.log(jnp.maximum(x_hi, 1e-30))
+    x0 = jnp.where(closed, jnp.exp(0.5 * (lo + hi)), load.rate + zero)
+    init = _State(x0, init_tau + zero, zero, zero + 1e-9, init_tau + zero, init_tau + zero,
+                  zero)
+    searching = BISECTIONS * INNER
+
+    def body(i, carry):
+        s, lo, hi = carry
+        s, p = _steps(step, nodes, load, s, closed, clients)
+        t = _tagged(step, nodes, s, p, closed, full=False)
+        s = s._replace(tpot=t["tpot"], ttft=t["residual"] + t["prefill"])
+        decide = closed & (i < searching) & (i % INNER == INNER - 1)
+        high = p["over"] | (s.x * (t["prefill"] + t["decode_time"]) > n_target)
+        here = jnp.log(s.x)
+        lo = jnp.where(decide & ~high, here, lo)
+        hi = jnp.where(decide & high, here, hi)
+        x = jnp.where(decide, jnp.exp(jnp.where(i == searching - 1, lo, 0.5 * (lo + hi))), s.x)
+        return s._replace(x=x), lo, hi
+
+    s, _, _ = jax.lax.fori_loop(0, searching + iterations, body, (init, lo, hi))
+    return s
+
+
+def serve(step: StepTime, lengths: Lengths, load: Load, iterations: int = ITERATIONS,
+          percentiles: bool = True) -> dict:
+    """Latency and throughput of one replica under ``load``; arrays broadcast.
+
+    Returns means (``ttft_s``, ``tpot_s``, ``e2e_s``, ``queue_s``), the throughput in
+    requests/s, the running batch, the capacity (requests/s at full slots), utilization,
+    ``overloaded`` (open loop at or past capacity: latencies NaN) and, with
+    ``percentiles``, the P50/P90/P99 of TTFT, TPOT and E2E and the CDFs of TTFT and TPOT
+    (``ttft_cdf(t)``, ``tpot_cdf(t)``).
+    """
+    rank = max(jnp.ndim(a) for a in (*lengths, *load))
+    nodes = _nodes(lengths, load.prefix_hit, rank)
+    open_loop = jnp.asarray(load.clients) <= 0.0
+    # the capacity (the closed loop with every slot taken: the open loop's limit) and the
+    # load itself, stacked on a leading axis and solved together
+    def ranked(v):
+        v = jnp.asarray(v)
+        return jnp.reshape(v, (1,) * (rank - v.ndim) + v.shape)
+
+    def stack(a, b):
+        return jnp.stack(jnp.broadcast_arrays(ranked(a), ranked(b)))
+
+    pair = Load(*(stack(a, b) for a, b in zip(
+        Load(0.0 * load.rate, load.slots, *load[2:]), load)))
+    pair_closed = stack(True, ~open_loop)
+    pair_nodes = _Nodes(*(jnp.expand_dims(v, v.ndim - rank) if jnp.ndim(v) > rank
+                          else v for v in nodes))
+    s2 = _solve(step, pair_nodes, pair, pair_closed, iterations)
+    capacity = s2.x[0]
+    s = jax.tree_util.tree_map(lambda v: v[1], s2)
+    closed = ~open_loop
+    s, p = _steps(step, nodes, load, s, closed, load.clients)
+    t = _tagged(step, nodes, s, p, closed, full=True)
+    slot_time = t["prefill"] + t["decode_time"]
+    # closed loop: Little's law gives the wait in front of the prompt (and the slots)
+    n_running = jnp.minimum(load.clients, load.slots)
+    x = jnp.where(closed, s.x, load.rate)
+    little = jnp.maximum(n_running / jnp.maximum(x, 1e-30) - t["decode_time"], t["prefill"])
+    extra_closed = little - t["prefill"]
+    slot_wait_closed = jnp.maximum(load.clients - load.slots, 0.0) / jnp.maximum(x, 1e-30)
+    # open loop: M/G/S wait for a slot, relative to capacity
+    utilization = x / jnp.maximum(capacity, 1e-30)
+    rho = jnp.clip(utilization, 0.0, 1.0 - 1e-9)
+    servers = load.slots
+    p_wait = q.erlang_c(servers, rho * servers)
+    cs2 = jnp.sum(nodes.decode_w * (nodes.decode * t["tpot_n"]) ** 2, 0) / jnp.maximum(
+        t["decode_time"], 1e-30) ** 2 - 1.0
+    factor = (load.arrival_cv ** 2 + jnp.maximum(cs2, 0.0)) / 2.0
+    slot_wait_open = factor * p_wait * slot_time / (servers * (1.0 - rho))
+    slot_wait = jnp.where(closed, slot_wait_closed, slot_wait_open)
+    overloaded = open_loop & ((load.rate >= capacity) | p["over"])
+    ttft = t["residual"] + t["prefill"] + jnp.where(closed, extra_closed, 0.0) + slot_wait
+    # the wait before its first prompt step: the running step's residual, the wait for a
+    # slot and the full steps of prompt work ahead of it
+    ahead_steps = jnp.sum(t["aw"] * jnp.floor(t["an"] / p["cap"]), 0)
+    queue = (t["residual"] + slot_wait + ahead_steps * t["t_full"] + t["prompt_wait"]
+             + jnp.where(closed, extra_closed, 0.0))
+    out = dict(ttft_s=ttft, tpot_s=t["tpot"], e2e_s=ttft + t["decode_time"], queue_s=queue,
+               request_throughput_req_s=x, running_batch=p["b"], capacity_req_s=capacity,
+               utilization=utilization, overloaded=overloaded, mean_step_s=s.tbar,
+               prompt_step_share=s.f)
+    if percentiles:
+        out.update(tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed))
+    return out
+
+

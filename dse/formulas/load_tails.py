@@ -1,0 +1,167 @@
+"""Percentiles of TTFT, TPOT and E2E under load (the tails of :mod:`dse.formulas.load`).
+
+Each latency is a mixture over quantile nodes of the length distribution that drives it
+(:data:`dse.formulas.queueing.QUANTILE_EDGES`, finer in the upper tail):
+
+- **TTFT** (input-length nodes): the steps that process the prompt at that length, after
+  the tokens ahead of it; plus, in the open loop, the residual of the step it arrives
+  in, uniform over a step drawn size-biased from decode-only and prompt steps (prompts
+  arriving during a long step also share the next one); plus the wait for a slot (open
+  loop: none with probability 1 - P(wait), else exponential; closed loop: the wait for
+  c - S departures, gamma with shape c - S);
+- **TPOT** (output-length nodes): the decode step as the request sees it, shifted, plus a
+  lognormal for the prompt work of others arriving while it decodes (compound Poisson:
+  variance rate x TPOT x E[w^2] / n over n decode steps) and, in the open loop, the
+  Poisson variation of the batch;
+- **E2E** (output-length nodes): lognormal with TTFT's mean and variance plus the decode.
+
+The quantiles come from one bisection in log time over every percentile at once.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import queueing as q
+
+PERCENTILES = (0.5, 0.9, 0.99)
+BISECTIONS = 36
+CO_NODES = 4  # prompts arriving with it: 0, 1, 2 and the tail
+
+
+def _interp_log(xq, x, y):
+    """Piecewise-linear interpolation in log x along the leading (node) axis; x ascending."""
+    lx, lq = jnp.log(x), jnp.log(xq)
+    out = jnp.zeros_like(xq * y[:1])
+    k = x.shape[0]
+    for i in range(k - 1):
+        a, b = lx[i], lx[i + 1]
+        u = jnp.clip((lq - a) / jnp.maximum(b - a, 1e-12), 0.0, 1.0)
+        inside = (lq >= a) & (lq < b) if i < k - 2 else (lq >= a)
+        out = jnp.where(inside, y[i] + u * (y[i + 1] - y[i]), out)
+    return jnp.where(lq < lx[0], y[0], out)
+
+
+def tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed) -> dict:
+    """P50/P90/P99 of TTFT and TPOT, P90/P99 of E2E, and the CDFs of TTFT and TPOT."""
+    cap, bs, chunks = p["cap"], p["bs"], p["chunks"]
+    x, ei = s.x, nodes.mean_prompt
+    rank = jnp.ndim(s.x)
+    qw = q.lead(q.QUANTILE_WEIGHTS, rank)
+    # the step an arrival lands in: decode-only or a prompt step, size-biased
+    wn, ww = q.lognormal_nodes(p["buffer"], 0.0 * p["buffer"] + 0.25, 3)
+    lengths = jnp.concatenate([p["tau_d"][None] * jnp.ones_like(wn[:1]),
+                               step(bs, jnp.minimum(wn, cap), chunks)])
+    prob = jnp.concatenate([(1.0 - s.f)[None] * jnp.ones_like(ww[:1]), s.f * ww])
+    prob = prob * lengths / jnp.sum(prob * lengths, 0)
+    # prompts arriving with it (closed loop: finishing in the same step; open loop: during
+    # the step it arrives in), Poisson: 0, 1, 2 or (the tail) 3 and more of them
+    mean_k = jnp.where(closed, x * s.tbar, x * lengths) * p["share"]
+    count = q.lead(np.arange(CO_NODES, dtype=float), rank + 1)
+    pk = q.poisson_pmf(count, mean_k[None])
+    tail = jnp.maximum(1.0 - jnp.sum(pk[:-1], 0), 0.0)
+    above = jnp.maximum(mean_k - jnp.sum(count[:-1] * pk[:-1], 0), 0.0)  # E[N; N >= last]
+    count = jnp.concatenate([count[:-1] + 0.0 * pk[:-1],
+                             (above / jnp.maximum(tail, 1e-30))[None]])
+    pk = jnp.concatenate([pk[:-1], tail[None]])
+    co = count * ei  # [count, step]
+    total = nodes.prompt_q[:, None, None] + t["backlog"] + co[None] / 2.0
+    full_steps = jnp.floor(total / cap)
+    last = jnp.minimum(total - full_steps * cap + co[None] / 2.0, cap)
+    duration = (full_steps * t["t_full"] + step(bs, last, chunks)
+                + jnp.where(closed, extra_closed, 0.0))  # [input quantile, count, step]
+    duration = jnp.reshape(duration, (duration.shape[0], -1) + duration.shape[3:])
+    width = jnp.reshape(jnp.broadcast_to(jnp.where(closed, 0.0, lengths)[None],
+                                         pk.shape), (1, -1) + pk.shape[2:])
+    weight = qw[:, None] * jnp.reshape(pk * prob[None], (1, -1) + pk.shape[2:])
+    k = jnp.maximum(load.clients - load.slots, 0.0)
+    # open loop: the waits for a slot and for the prompt server, as one: none with the
+    # probability that neither is busy, else exponential with their summed mean
+    p_prompt = jnp.where(closed, 0.0, jnp.where(t["prompt_wait"] > 0.0, p["rho_t"], 0.0))
+    p_wait = jnp.where(closed, p_wait, 1.0 - (1.0 - p_wait) * (1.0 - p_prompt))
+    slot_wait = slot_wait + t["prompt_wait"]
+    mean_wait = slot_wait / jnp.maximum(jnp.where(closed, 1.0, p_wait), 1e-12)
+    exp_nodes = q.exponential_quantile_nodes(mean_wait, 6)
+    gam_nodes, gam_w = q.lognormal_nodes(jnp.maximum(slot_wait, 1e-30),
+                                         1.0 / jnp.maximum(k, 1.0), 6)
+    wait_nodes = jnp.concatenate([jnp.zeros_like(exp_nodes[:1]),
+                                  jnp.where(closed, gam_nodes, exp_nodes)])
+    wait_w = jnp.concatenate([jnp.where(closed, 0.0, 1.0 - p_wait)[None]
+                              * jnp.ones_like(exp_nodes[:1]),
+                              jnp.where(closed, gam_w, p_wait / 6.0)])
+    start = duration[:, :, None] + wait_nodes[None, None]
+    w3 = weight[:, :, None] * wait_w[None, None]
+    width3 = width[:, :, None]
+
+    def ttft_cdf(v):  # v: the point axes, with any leading axes of its own
+        lead = jnp.ndim(v) - rank
+        v = jnp.reshape(v, jnp.shape(v)[:lead] + (1, 1, 1) + jnp.shape(v)[lead:])
+        return jnp.sum(w3 * q.ramp_cdf(v, start, width3), (lead, lead + 1, lead + 2))
+
+    # TPOT at the output quantile nodes
+    n = jnp.maximum(nodes.decode, 1.0)
+    nq = jnp.maximum(nodes.decode_q, 1.0)
+    tpot_q = _interp_log(nq, n, t["tpot_n"])
+    per_step = jnp.maximum(s.x * s.tbar / jnp.maximum(s.f, 1e-9), 1.0)  # prompts per step
+    per_prompt = jnp.where(load.separate > 0.0, s.m1, s.m1 - p["tau_d"]) / per_step
+    work2 = per_prompt ** 2 * nodes.prompt_m2 / jnp.maximum(ei, 1e-30) ** 2 * per_step
+    # the queued prompt work it meets (atom at 0 and an exponential: variance
+    # 2 W^2 / rho - W^2) is spread over its n decode steps
+    rho_t = jnp.maximum(p["rho_t"], 1e-9)
+    queued = jnp.maximum(2.0 * t["backlog_s"] ** 2 / rho_t - t["backlog_s"] ** 2, 0.0)
+    var_q = (x * p["share"] * tpot_q * work2 / nq + queued / nq ** 2
+             + jnp.where(closed, 0.0, p["slope"] ** 2 * p["b"] * 0.5))
+    shift = jnp.minimum(p["seen"], jnp.min(tpot_q, 0)) * 0.999
+    mu, sigma = q.lognormal_params(tpot_q - shift, var_q)
+    live = (nodes.decode_q > 0.5) * qw
+    live = live / jnp.maximum(jnp.sum(live, 0), 1e-30)
+
+    def tpot_cdf(v):
+        lead = jnp.ndim(v) - rank
+        v = jnp.reshape(v, jnp.shape(v)[:lead] + (1,) + jnp.shape(v)[lead:])
+        return jnp.sum(live * q.lognormal_cdf(v - shift, mu, sigma), lead)
+
+    # E2E at the output quantile nodes: TTFT's mean and variance plus the decode
+    mean_t = jnp.sum(w3 * (start + width3 / 2.0), (0, 1, 2))
+    var_t = jnp.sum(w3 * ((start + width3 / 2.0) ** 2 + width3 ** 2 / 12.0),
+                    (0, 1, 2)) - mean_t ** 2
+    dq = nodes.decode_q
+    mu_e, sigma_e = q.lognormal_params(mean_t + dq * tpot_q, var_t + dq ** 2 * var_q)
+
+    def e2e_cdf(v):
+        lead = jnp.ndim(v) - rank
+        v = jnp.reshape(v, jnp.shape(v)[:lead] + (1,) + jnp.shape(v)[lead:])
+        return jnp.sum(qw * q.lognormal_cdf(v, mu_e, sigma_e), lead)
+
+    bounds = (
+        (jnp.maximum(jnp.min(start, (0, 1, 2)) * 0.5, 1e-9),
+         (jnp.max(start, (0, 1, 2)) + jnp.max(width3, (0, 1, 2))) * 2.0 + 1e-9),
+        (shift + jnp.maximum(jnp.min(tpot_q, 0) - shift, 1e-12) * 0.01,
+         shift + (jnp.max(tpot_q, 0) - shift) * 20.0 + 1e-9),
+        (mean_t * 0.2 + 1e-9, (mean_t + jnp.max(dq * tpot_q, 0)) * 4.0 + 1e-9))
+    probs = (PERCENTILES, PERCENTILES, PERCENTILES[1:])
+    found = _quantiles((ttft_cdf, tpot_cdf, e2e_cdf), probs, bounds, rank)
+    ttft_p, tpot_p, e2e_p = found
+    return dict(ttft_p50_s=ttft_p[0], ttft_p90_s=ttft_p[1], ttft_p99_s=ttft_p[2],
+                tpot_p50_s=tpot_p[0], tpot_p90_s=tpot_p[1], tpot_p99_s=tpot_p[2],
+                e2e_p90_s=e2e_p[0], e2e_p99_s=e2e_p[1], ttft_cdf=ttft_cdf, tpot_cdf=tpot_cdf)
+
+
+def _quantiles(cdfs, probs, bounds, rank: int):
+    """Every quantile of every distribution by one bisection in log time."""
+    targets = [q.lead(list(ps), rank) for ps in probs]
+    init = tuple((jnp.log(lo)[None] + 0.0 * tg, jnp.log(hi)[None] + 0.0 * tg)
+                 for (lo, hi), tg in zip(bounds, targets))
+
+    def body(_, brackets):
+        out = []
+        for cdf, tg, (a, b) in zip(cdfs, targets, brackets):
+            m = 0.5 * (a + b)
+            below = cdf(jnp.exp(m)) < tg
+            out.append((jnp.where(below, m, a), jnp.where(below, b, m)))
+        return tuple(out)
+
+    brackets = jax.lax.fori_loop(0, BISECTIONS, body, init)
+    return [jnp.exp(0.5 * (a + b)) for a, b in brackets]

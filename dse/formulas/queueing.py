@@ -1,0 +1,162 @@
+"""Queueing and distribution helpers of the serving-under-load model, as pure array functions.
+
+Every function broadcasts its arguments; node axes (quadrature or quantile nodes of a
+distribution) lead. Nothing here knows about transformers: :mod:`dse.formulas.load`
+composes these with the engine's step time.
+
+Sources:
+
+- Gauss-Hermite quadrature of lognormal lengths (probabilists' Hermite nodes).
+- Erlang's C formula through the incomplete gamma function (Erlang B of S servers at
+  offered load A is the Poisson pmf at S over the Poisson cdf at S), with the
+  Allen-Cunneen factor (c_a^2 + c_s^2) / 2 for G/G/S (Allen, *Probability, Statistics
+  and Queueing Theory*, 1990; Whitt, "Approximations for the GI/G/m queue", 1993).
+- Spitzer's identity / Sparre Andersen's theorem for the probability that a random walk
+  with negative drift stays at or below 0: P(max_k S_k = 0) = exp(-sum_k P(S_k > 0) / k)
+  (Feller, *An Introduction to Probability Theory*, Vol. II, XII.7).
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import gammaincc, gammaln, ndtr
+
+_GH = np.polynomial.hermite_e.hermegauss
+
+
+def _hermite(n: int):
+    z, w = _GH(n)
+    return z, w / w.sum()
+
+
+# Equal-probability bins of a length distribution for percentiles: finer in the upper
+# tail, where P99 lives (bin edges in probability; a node at each bin's middle).
+QUANTILE_EDGES = np.array([0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95,
+                           0.97, 0.98, 0.99, 0.995, 0.998, 1.0])
+QUANTILE_WEIGHTS = np.diff(QUANTILE_EDGES)
+_QUANTILE_Z = np.array([NormalDist().inv_cdf(float(u))
+                        for u in (QUANTILE_EDGES[1:] + QUANTILE_EDGES[:-1]) / 2.0])
+
+
+def lead(values, rank: int):
+    """A 1-D array of node values shaped to lead ``rank`` broadcast axes."""
+    return jnp.reshape(jnp.asarray(values), (-1,) + (1,) * rank)
+
+
+def normal_nodes(n: int, rank: int):
+    """Gauss-Hermite nodes and weights of the standard normal, leading ``rank`` axes."""
+    z, w = _hermite(n)
+    return lead(z, rank), lead(w, rank)
+
+
+def lognormal_nodes(mean, cv2, n: int = 8):
+    """Gauss-Hermite nodes and weights of a lognormal with ``mean`` and squared coefficient
+    of variation ``cv2`` (cv2 = 0: a point mass). Nodes lead: shape (n,) + broadcast."""
+    z, w = _hermite(n)
+    rank = max(jnp.ndim(mean), jnp.ndim(cv2))
+    s2 = jnp.log1p(jnp.maximum(cv2, 0.0))
+    nodes = jnp.maximum(mean, 1e-30) * jnp.exp(-s2 / 2.0 + jnp.sqrt(s2) * lead(z, rank))
+    return nodes, lead(w, rank)
+
+
+def lognormal_quantile_nodes(mean, cv2):
+    """The lognormal's quantiles at the middles of :data:`QUANTILE_EDGES`' bins (nodes
+    lead); the bins' probabilities are :data:`QUANTILE_WEIGHTS`."""
+    rank = max(jnp.ndim(mean), jnp.ndim(cv2))
+    s2 = jnp.log1p(jnp.maximum(cv2, 0.0))
+    return jnp.maximum(mean, 1e-30) * jnp.exp(-s2 / 2.0 + jnp.sqrt(s2) * lead(_QUANTILE_Z, rank))
+
+
+def erlang_c(servers, offered):
+    """Probability that an arrival waits in M/M/S with ``servers`` S and offered load
+    A = lambda / mu < S (Erlang's C formula; S may be any positive number)."""
+    a = jnp.maximum(offered, 1e-30)
+    log_pmf = -a + servers * jnp.log(a) - gammaln(servers + 1.0)
+    blocking = jnp.exp(log_pmf) / jnp.maximum(gammaincc(servers + 1.0, a), 1e-300)
+    blocking = jnp.clip(blocking, 0.0, 1.0)
+    return jnp.clip(servers * blocking / jnp.maximum(servers - a * (1.0 - blocking), 1e-30),
+                    0.0, 1.0)
+
+
+def busy_probability(arrivals, mean_work, second_moment, capacity, terms: int = 6):
+    """P(a slotted queue carries work over a slot): per slot Poisson(``arrivals``) jobs of
+    work with ``mean_work`` and ``second_moment``, ``capacity`` served per slot.
+
+    Sparre Andersen: P(no carry-over) = exp(-sum_k P(S_k > 0) / k) with S_k the work of k
+    slots less k x capacity, taken as normal (the first ``terms`` terms)."""
+    rank = max(jnp.ndim(arrivals), jnp.ndim(mean_work), jnp.ndim(capacity))
+    k = lead(np.arange(1, terms + 1, dtype=float), rank)
+    mu = k * (arrivals * mean_work - capacity)
+    sd = jnp.sqrt(k * arrivals * second_moment) + 1e-30
+    return 1.0 - jnp.exp(-jnp.sum(ndtr(mu / sd) / k, axis=0))
+
+
+def capped_lognormal_mean(mean, s2, cap):
+    """(E[min(W, cap)], dE/dmean) for W lognormal with ``mean`` and log-variance ``s2``."""
+    s = jnp.sqrt(jnp.maximum(s2, 1e-12))
+    d1 = (jnp.log(jnp.maximum(mean, 1e-30) / cap) + s2 / 2.0) / s
+    over = ndtr(d1)
+    return mean * (1.0 - over) + cap * ndtr(d1 - s), 1.0 - over
+
+
+def lognormal_mean_with_capped_mean(target, s2, cap, iterations: int = 8):
+    """The mean m of a lognormal W (log-variance ``s2``) with E[min(W, cap)] = ``target``
+    (< cap): Newton's method from m = target, never below it."""
+
+    def body(_, m):
+        value, slope = capped_lognormal_mean(m, s2, cap)
+        return jnp.maximum(m + (target - value) / jnp.maximum(slope, 1e-6), target)
+
+    return jax.lax.fori_loop(0, iterations, body, target)
+
+
+def lognormal_params(mean, var):
+    """(mu, sigma) of the lognormal with that mean and variance."""
+    mean = jnp.maximum(mean, 1e-30)
+    s2 = jnp.log1p(jnp.maximum(var, 0.0) / (mean * mean))
+    return jnp.log(mean) - s2 / 2.0, jnp.sqrt(s2)
+
+
+def mixture_quantiles(cdf, probabilities, lo, hi, iterations: int = 36):
+    """Quantiles of a distribution with ``cdf(t)`` (t broadcast against the point axes),
+    by bisection in log t within [lo, hi]; one array per probability."""
+    out = []
+    for q in probabilities:
+        def body(_, bracket):
+            a, b = bracket
+            m = 0.5 * (a + b)
+            below = cdf(jnp.exp(m)) < q
+            return jnp.where(below, m, a), jnp.where(below, b, m)
+
+        a, b = jax.lax.fori_loop(0, iterations, body, (jnp.log(lo), jnp.log(hi)))
+        out.append(jnp.exp(0.5 * (a + b)))
+    return out
+
+
+def ramp_cdf(t, start, width):
+    """P(start + U <= t) for U uniform on [0, width] (width -> 0: a step at start)."""
+    return jnp.clip((t - start) / jnp.maximum(width, 1e-30), 0.0, 1.0)
+
+
+def lognormal_cdf(t, mu, sigma):
+    return ndtr((jnp.log(jnp.maximum(t, 1e-300)) - mu) / jnp.maximum(sigma, 1e-12))
+
+
+def poisson_pmf(k, mean):
+    """P(N = k) for N ~ Poisson(mean) (k a float array of counts)."""
+    mean = jnp.maximum(mean, 1e-30)
+    return jnp.exp(-mean + k * jnp.log(mean) - gammaln(k + 1.0))
+
+
+def exponential_quantile_nodes(mean, n: int = 8):
+    """Middles of n equal-probability bins of an exponential with ``mean`` (nodes lead)."""
+    u = (np.arange(n) + 0.5) / n
+    return -jnp.asarray(mean)[None] * lead(np.log1p(-u), jnp.ndim(mean))
+
+
+SQRT_2PI = math.sqrt(2.0 * math.pi)

@@ -1,0 +1,104 @@
+"""A deployment's outputs under a request load (feature "load"): the engine step
+(:mod:`dse.formulas.engine`) run by the load model (:mod:`dse.formulas.load`).
+
+The deployment's dp replicas share the load evenly (concurrency / dp clients or
+request_rate / dp arrivals each). A replica's running-batch cap is max_num_seqs (the
+framework's default when 0), at most the requests its KV memory holds: the memory left
+after the weights and a full step's activations, over the cache of a running request at
+its mean length (the prompt and half its output, size-biased:
+input_len + output_len (1 + cv^2) / 2). Points with neither concurrency nor request_rate
+keep the static batch's outputs; their percentiles are the static latencies.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from . import engine, load, memory
+from .types import ModelSpec, Options, Parallel, Power, Precision, Rates, Serving, Workload
+
+
+def _mean_held(w: Workload, sv: Serving):
+    """Tokens a running request holds on average (its prompt and half its output)."""
+    return w.input_len + w.output_len * (1.0 + sv.output_len_cv ** 2) / 2.0
+
+
+def replica_load(m: ModelSpec, s, p: Precision, w: Workload, sv: Serving, rates: Rates,
+                 par: Parallel, o: Options, features: frozenset, capacity, weights):
+    """(engine step model, load, lengths, KV bytes per running request, activation bytes,
+    requests the KV memory holds) of one replica."""
+    mla = "mla" in features
+    held = _mean_held(w, sv)
+    per_seq = memory.kv_cache_bytes(m, s, p, par.pp, 1.0, held, mla)
+    act = memory.activation_bytes(m, s, p, par, 1.0, sv.max_num_tokens, 0.0, o.flash)
+    room = capacity - weights - act
+    holds = jnp.maximum(jnp.floor(room / jnp.maximum(per_seq, 1e-30)), 0.0)
+    slots = jnp.maximum(jnp.minimum(sv.max_num_seqs, holds), 1.0)
+    sm = engine.step_model(m, s, p, rates, par, o, features, slots + sv.max_num_tokens,
+                           w.input_len, held, sv.max_num_tokens, sv.prefix_cache_hit)
+    ld = load.Load(sv.request_rate / par.dp, sv.concurrency / par.dp, sv.arrival_cv, slots,
+                   sv.max_num_tokens, sv.separate, sv.prefix_cache_hit)
+    lengths = load.Lengths(w.input_len, sv.input_len_cv, w.output_len, sv.output_len_cv)
+    return sm, ld, lengths, per_seq, act, holds
+
+
+def under_load(m: ModelSpec, s, p: Precision, w: Workload, sv: Serving, rates: Rates,
+               par: Parallel, o: Options, features: frozenset, capacity, weights,
+               power: Power, static: dict) -> dict:
+    """The inference outputs of the points under load, the ``static`` ones elsewhere."""
+    sm, ld, lengths, per_seq, act, holds = replica_load(m, s, p, w, sv, rates, par, o,
+                                                         features, capacity, weights)
+    rank = max(jnp.ndim(x) for x in (*lengths, *ld))
+
+    def step(decode, prompt, chunks):
+        return engine.step_time(sm, decode, prompt, chunks, rank)
+
+    res = load.serve(step, lengths, ld)
+    loaded = (sv.concurrency > 0.0) | (sv.request_rate > 0.0)
+    over = loaded & res["overloaded"]
+    nan = jnp.nan
+
+    def latency(v):
+        return jnp.where(over, nan, v)
+
+    n_devices = static["n_devices"]
+    requests = jnp.where(over, res["capacity_req_s"], res["request_throughput_req_s"]) * par.dp
+    throughput = requests * w.output_len
+
+    def meets(cdf, slo):
+        return jnp.where(slo > 0.0, cdf(slo), 1.0)
+
+    good = requests * meets(res["ttft_cdf"], sv.ttft_slo_s) * meets(res["tpot_cdf"], sv.tpot_slo_s)
+    in_system = res["request_throughput_req_s"] * res["e2e_s"]
+    busy = 1.0 - jnp.exp(-in_system)
+    energy = n_devices * power.tdp_w * (power.static_share + (1.0 - power.static_share) * busy)
+    kv = res["running_batch"] * per_seq
+    out = dict(
+        ttft_s=latency(res["ttft_s"]), tpot_s=latency(res["tpot_s"]),
+        e2e_s=latency(res["e2e_s"]), queue_s=latency(res["queue_s"]),
+        throughput_tok_s=throughput, throughput_per_device_tok_s=throughput / n_devices,
+        tokens_per_s_per_user=latency(1.0 / res["tpot_s"]),
+        cost_per_mtok=n_devices * power.price_usd_per_s / throughput * 1e6,
+        energy_per_tok_j=energy / throughput,
+        request_throughput_req_s=requests, goodput_req_s=jnp.where(over, 0.0, good),
+        running_batch=res["running_batch"], utilization=res["utilization"],
+        capacity_req_s=res["capacity_req_s"] * par.dp,
+        kv_cache_bytes=kv, activation_bytes=act, memory_bytes=weights + kv + act,
+        fits=holds >= 1.0, max_batch=jnp.minimum(sv.max_num_seqs, holds),
+        overloaded=over)
+    for key in ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s",
+                "tpot_p99_s", "e2e_p90_s", "e2e_p99_s"):
+        out[key] = latency(res[key])
+    # points without a load: the static batch, every request alike
+    static_requests = par.dp * w.batch / static["e2e_s"]
+    meets_static = (((sv.ttft_slo_s <= 0.0) | (static["ttft_s"] <= sv.ttft_slo_s))
+                    & ((sv.tpot_slo_s <= 0.0) | (static["tpot_s"] <= sv.tpot_slo_s)))
+    fallback = dict(static, queue_s=0.0 * static["ttft_s"], running_batch=w.batch + 0.0 * res[
+        "running_batch"], request_throughput_req_s=static_requests,
+        goodput_req_s=static_requests * meets_static, utilization=nan * res["utilization"],
+        capacity_req_s=out["capacity_req_s"], overloaded=over,
+        ttft_p50_s=static["ttft_s"], ttft_p90_s=static["ttft_s"], ttft_p99_s=static["ttft_s"],
+        tpot_p50_s=static["tpot_s"], tpot_p90_s=static["tpot_s"], tpot_p99_s=static["tpot_s"],
+        e2e_p90_s=static["e2e_s"], e2e_p99_s=static["e2e_s"])
+    return {k: jnp.where(loaded, v, fallback[k]) for k, v in out.items()}
