@@ -234,7 +234,7 @@ def _tagged(step, nodes: _Nodes, s: _State, p, closed, full: bool):
     r = p["r"]
     decay = (1.0 - r ** n) / jnp.maximum((1.0 - r) * n, 1e-12)
     tpot_n = p["base"] + (first - s.tbar) * decay
-    w = nodes.decode_w * (nodes.decode > 0.5)
+    w = jnp.where(nodes.decode > 0.5, nodes.decode_w, 0.0)
     tpot = jnp.sum(w * tpot_n, 0) / jnp.maximum(jnp.sum(w, 0), 1e-30)
     decode_time = jnp.sum(nodes.decode_w * nodes.decode * tpot_n, 0)
     prefill = prefill + prompt_wait

@@ -115,7 +115,7 @@ def tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed) -
              + jnp.where(closed, 0.0, p["slope"] ** 2 * p["b"] * 0.5))
     shift = jnp.minimum(p["seen"], jnp.min(tpot_q, 0)) * 0.999
     mu, sigma = q.lognormal_params(tpot_q - shift, var_q)
-    live = (nodes.decode_q > 0.5) * qw
+    live = jnp.where(nodes.decode_q > 0.5, qw, 0.0)
     live = live / jnp.maximum(jnp.sum(live, 0), 1e-30)
 
     def tpot_cdf(v):

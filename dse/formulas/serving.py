@@ -28,6 +28,11 @@ def replica_load(m: ModelSpec, s, p: Precision, w: Workload, sv: Serving, rates:
                  par: Parallel, o: Options, features: frozenset, capacity, weights):
     """(engine step model, load, lengths, KV bytes per running request, activation bytes,
     requests the KV memory holds) of one replica."""
+    with NODE_AXES:
+        return _replica_load(m, s, p, w, sv, rates, par, o, features, capacity, weights)
+
+
+def _replica_load(m, s, p, w, sv, rates, par, o, features, capacity, weights):
     mla = "mla" in features
     held = _mean_held(w, sv)
     per_seq = memory.kv_cache_bytes(m, s, p, par.pp, 1.0, held, mla)
@@ -47,6 +52,17 @@ def under_load(m: ModelSpec, s, p: Precision, w: Workload, sv: Serving, rates: R
                par: Parallel, o: Options, features: frozenset, capacity, weights,
                power: Power, static: dict) -> dict:
     """The inference outputs of the points under load, the ``static`` ones elsewhere."""
+    with NODE_AXES:
+        return _under_load(m, s, p, w, sv, rates, par, o, features, capacity, weights, power,
+                           static)
+
+
+# The load model's quadrature, quantile and table nodes lead the point axes and broadcast
+# against them as numpy broadcasts (rank promotion), whatever the caller's JAX setting.
+NODE_AXES = jax.numpy_rank_promotion("allow")
+
+
+def _under_load(m, s, p, w, sv, rates, par, o, features, capacity, weights, power, static):
     sm, ld, lengths, per_seq, act, holds = replica_load(m, s, p, w, sv, rates, par, o,
                                                          features, capacity, weights)
     rank = max(jnp.ndim(x) for x in (*lengths, *ld))
@@ -96,7 +112,8 @@ def under_load(m: ModelSpec, s, p: Precision, w: Workload, sv: Serving, rates: R
                     & ((sv.tpot_slo_s <= 0.0) | (static["tpot_s"] <= sv.tpot_slo_s)))
     fallback = dict(static, queue_s=0.0 * static["ttft_s"], running_batch=w.batch + 0.0 * res[
         "running_batch"], request_throughput_req_s=static_requests,
-        goodput_req_s=static_requests * meets_static, utilization=nan * res["utilization"],
+        goodput_req_s=jnp.where(meets_static, static_requests, 0.0),
+        utilization=nan * res["utilization"],
         capacity_req_s=out["capacity_req_s"], overloaded=over,
         ttft_p50_s=static["ttft_s"], ttft_p90_s=static["ttft_s"], ttft_p99_s=static["ttft_s"],
         tpot_p50_s=static["tpot_s"], tpot_p90_s=static["tpot_s"], tpot_p99_s=static["tpot_s"],
