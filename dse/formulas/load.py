@@ -51,6 +51,7 @@ from .load_tails import tails
 ITERATIONS = 40  # relaxations of the step mean field at a given rate (open loop)
 BISECTIONS = 28  # bracketed trials of the closed loop's throughput
 DAMP = 0.5
+PROMPT_MARGIN = 0.02  # share of the prompt server's limit kept as margin (see _steps)
 INNER = 8  # relaxations per trial (the mean field is carried from one to the next)
 
 
@@ -159,8 +160,9 @@ def _steps(step: StepTime, nodes: _Nodes, load: Load, s: _State, closed, clients
     per_token = jnp.where(sep > 0.0, f * m1, f * (m1 - tau_d)) / jnp.maximum(work, 1e-30)
     den = 1.0 - per_token * x * ei
     tb = jnp.where(sep > 0.0, (1.0 - f) * tau_d, tau_d) / jnp.maximum(den, 0.05)
-    # overloaded: prompt work alone would fill every step (full steps of the budget)
-    over = x * ei * t_full >= cap * (1.0 - 1e-6)
+    # overloaded: prompt work alone would fill every step (full steps of the budget), to
+    # within PROMPT_MARGIN, short of which the step mean field is singular
+    over = x * ei * t_full >= cap * (1.0 - PROMPT_MARGIN)
     damp = DAMP * sep  # a separate prefill step feeds back on itself: damped
     tbar = damp * s.tbar + (1.0 - damp) * tb
     var_t = jnp.maximum((1.0 - f) * tau_d ** 2 + f * m2 - tbar ** 2, 0.0)

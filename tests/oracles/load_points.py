@@ -15,7 +15,8 @@ from dse.study.study import parse_study_dict
 from .serving_sim import simulate
 
 NAMES = ("ttft_s", "tpot_s", "e2e_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s",
-         "tpot_p90_s", "tpot_p99_s", "e2e_p90_s", "e2e_p99_s", "capacity_req_s", "valid")
+         "tpot_p90_s", "tpot_p99_s", "e2e_p90_s", "e2e_p99_s", "capacity_req_s", "valid",
+         "reason")
 MEANS = ("ttft_s", "tpot_s", "e2e_s")
 TAILS = ("ttft_p90_s", "ttft_p99_s", "tpot_p90_s", "tpot_p99_s", "e2e_p90_s", "e2e_p99_s")
 # (model, tensor-parallel degrees that fit its weights on every device below)
@@ -53,9 +54,16 @@ def draw(seed: int, n: int) -> list[dict]:
     return rows
 
 
+# every categorical value the points may take: one study layout (one compiled program)
+# whatever the points
+UNIVERSE = dict(model=[m for m, _ in DENSE + MOE], hardware=list(HARDWARE),
+                framework=["vllm", "sglang", "trtllm"], tp=[1, 2, 4, 8], weight_bits=[8, 16],
+                kv_bits=[8, 16])
+
+
 def evaluate(rows: list[dict], load_key: str, loads: list) -> tuple[dict, tuple]:
     """dse's outputs at the points, and each replica's (step model, load, lengths)."""
-    axes = {k: sorted(set(r[k] for r in rows), key=str) for k in KEYS}
+    axes = {k: UNIVERSE.get(k) or sorted(set(r[k] for r in rows), key=str) for k in KEYS}
     axes[load_key] = sorted(set(loads))
     study = parse_study_dict({"study": {"name": "oracle"}, "axes": axes}, "", "<oracle>")
     columns = {k: [r[k] for r in rows] for k in KEYS}
