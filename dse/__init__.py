@@ -36,6 +36,7 @@ _EXPORTS = {
     "load_model": "dse.catalogue.lookup",
     "load_study": "dse.study.study",
     "parse_study": "dse.study.study",
+    "plan": "dse.search.plan",
     "sweep": "dse.run.sweep",
     "sweep_to_file": "dse.run.sweep",
     "write_dataset": "dse.results.io",

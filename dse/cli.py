@@ -136,6 +136,23 @@ def _cmd_sensitivity(args) -> int:
     return 0
 
 
+def _cmd_plan(args) -> int:
+    from .search.plan import plan, write_plan
+    from .study.study import load_study
+
+    study = load_study(args.study)
+    out = check_writable(args.output, "-o", None, (".csv",)) if args.output else None
+    result = plan(study, args.rate, args.constraint)
+    print(result.summary(args.top))
+    if out is not None:
+        print(f"wrote {write_plan(result, out)}")
+    if not len(result.table):
+        print(f"dse: no deployment of {study.name} serves {args.rate:g} requests/s at these "
+              "objectives", file=sys.stderr)
+        return EXIT_INFEASIBLE
+    return 0
+
+
 def _cmd_report(args) -> int:
     from .report.api import report
 
@@ -297,6 +314,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a progress bar once the work runs over a second (default: when "
                    "stderr is a terminal)")
     p.set_defaults(run=_cmd_search)
+
+    p = verbs.add_parser("plan", help="the deployments that serve a request rate at the "
+                         "objectives, cheapest first (capacity planning)",
+                         description="Exit codes: 0 some deployment serves the rate; 2 bad "
+                         "input; 3 none does.")
+    p.add_argument("study", help="study .toml file (inference; every axis but request_rate "
+                   "is a choice)")
+    p.add_argument("--rate", type=float, required=True, help="requests per second to serve")
+    p.add_argument("--constraint", action="append", metavar="EXPR", help='an objective such '
+                   'as "ttft_p99_s <= 2" (repeat; default: the study\'s [search] constraints)')
+    p.add_argument("--top", type=int, default=10, help="rows to print (default 10)")
+    p.add_argument("-o", "--output", help="write the whole table as CSV")
+    p.set_defaults(run=_cmd_plan)
 
     p = verbs.add_parser("sensitivity", help="elasticities of the metrics to each hardware "
                          "parameter, what-ifs, inverse questions, report ([sensitivity])")

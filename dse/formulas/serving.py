@@ -98,6 +98,7 @@ def _under_load(m, s, p, w, sv, rates, par, o, features, capacity, weights, powe
         cost_per_mtok=n_devices * power.price_usd_per_s / throughput * 1e6,
         energy_per_tok_j=energy / throughput,
         request_throughput_req_s=requests, goodput_req_s=jnp.where(over, 0.0, good),
+        goodput_req_per_usd=jnp.where(over, 0.0, good) / (n_devices * power.price_usd_per_s),
         running_batch=res["running_batch"], utilization=res["utilization"],
         capacity_req_s=res["capacity_req_s"] * par.dp,
         kv_cache_bytes=kv, activation_bytes=act, memory_bytes=weights + kv + act,
@@ -113,6 +114,8 @@ def _under_load(m, s, p, w, sv, rates, par, o, features, capacity, weights, powe
     fallback = dict(static, queue_s=0.0 * static["ttft_s"], running_batch=w.batch + 0.0 * res[
         "running_batch"], request_throughput_req_s=static_requests,
         goodput_req_s=jnp.where(meets_static, static_requests, 0.0),
+        goodput_req_per_usd=jnp.where(meets_static, static_requests, 0.0) / (
+            n_devices * power.price_usd_per_s),
         utilization=nan * res["utilization"],
         capacity_req_s=out["capacity_req_s"], overloaded=over,
         ttft_p50_s=static["ttft_s"], ttft_p90_s=static["ttft_s"], ttft_p99_s=static["ttft_s"],

@@ -92,6 +92,8 @@ INFERENCE = Registry({
                                      feature="load"),
     "goodput_req_s": more("requests/s", "requests per second that meet ttft_slo_s and "
                           "tpot_slo_s", feature="load"),
+    "goodput_req_per_usd": more("requests/USD", "requests meeting the objectives per dollar "
+                                "of devices (nan without a price)", feature="load"),
     "utilization": less("1", "request rate over the deployment's capacity", feature="load"),
     "capacity_req_s": more("requests/s", "largest request rate the deployment sustains",
                            feature="load"),

@@ -319,10 +319,11 @@ def _parse_calibration(head: dict, file: str, base_dir: Path | None, mode: str,
                        serving: bool = False):
     """([study] calibration, framework): the fitted efficiencies the study runs under
     (None, None: the plain roofline). ``serving``: the study names serving frameworks in
-    [axes], each of which runs under its own fit (the per-framework file by default)."""
+    [axes], each of which runs under its fit in the calibration (the default calibration's
+    one fit unless the study names a per-framework file, e.g. calibrations/public.toml)."""
     path, framework = head.get("calibration"), head.get("framework")
     if serving and path != NO_CALIBRATION:
-        path = path if path is not None else FRAMEWORK_CALIBRATION
+        path = path if path is not None else DEFAULT_CALIBRATION
         if not isinstance(path, str) or not path:
             raise checks.invalid(file, "study.calibration", path,
                                  'a path to a calibration .toml, or "none" (the plain roofline)')

@@ -87,6 +87,34 @@ CASES = {
                              'goal = "tpot_s <= fast" }]\n', "sensitivity.inverse[0].goal"),
     "reduce_unknown_key": (GOOD.replace("[output]", "[output.reduce]\nbyy = []\n[output]"),
                            "output.reduce.byy"),
+    # serving under load
+    "both_loads": (GOOD.replace("batch = [1, 8]", "concurrency = 8\nrequest_rate = [1, 2]"),
+                   "axes.request_rate"),
+    "negative_rate": (GOOD.replace("batch = [1, 8]", "request_rate = [-1, 2]"),
+                      "axes.request_rate[0]"),
+    "negative_concurrency": (GOOD.replace("batch = [1, 8]", "concurrency = -4"),
+                             "axes.concurrency"),
+    "negative_cv": (GOOD.replace("batch = [1, 8]", "request_rate = 2\ninput_len_cv = -0.5"),
+                    "axes.input_len_cv"),
+    "zero_arrival_cv": (GOOD.replace("batch = [1, 8]", "request_rate = 2\narrival_cv = 0"),
+                        "axes.arrival_cv"),
+    "prefix_hit_of_one": (GOOD.replace("batch = [1, 8]", "request_rate = 2\n"
+                                       "prefix_cache_hit = 1.0"), "axes.prefix_cache_hit"),
+    "unknown_framework": (GOOD.replace("batch = [1, 8]", 'request_rate = 2\n'
+                                       'framework = ["vllm", "ollama"]'), "axes.framework[1]"),
+    "framework_twice": (GOOD.replace('name = "bad"', 'name = "bad"\nframework = "vllm"')
+                        .replace("batch = [1, 8]", 'framework = "sglang"'), "axes.framework"),
+    "batch_under_load": (GOOD.replace("batch = [1, 8]", "batch = [1, 8]\nrequest_rate = 2"),
+                         "axes.batch"),
+    "speculation_under_load": (GOOD.replace("batch = [1, 8]", 'request_rate = 2\n'
+                                            'draft_model = "llama-3.2-1b"\ndraft_len = 4'),
+                               "axes.draft_len"),
+    "percentiles_of_nothing": (GOOD.replace('path =', 'variables = ["ttft_p99_s"]\npath ='),
+                               "output.variables"),
+    "percentile_constraint_of_nothing": (GOOD + '[search]\nobjective = "throughput_tok_s"\n'
+                                         'constraints = ["ttft_p99_s <= 2"]\n',
+                                         "search.constraints"),
+    "slo_without_load": (GOOD.replace("batch = [1, 8]", "ttft_slo_s = 0.5"), "axes.ttft_slo_s"),
 }
 
 
