@@ -18,6 +18,7 @@ from ..search.plots import draw_history
 from ..sensitivity.report import MAX_WORKLOADS, tornado_figure, workloads
 from .bars import latency, memory
 from .figures import NotApplicable, heatmap, pareto
+from .load import frontier, hockey
 from .result import Result
 from .roofline import roofline
 
@@ -80,6 +81,8 @@ KINDS = {
     "roofline": (roofline, ("metric",)),
     "memory": (memory, ("metric",)),
     "latency": (latency, ("metric",)),
+    "load": (hockey, ()),
+    "frontier": (frontier, ()),
     "tornado": (tornado, ("workload",)),
     "history": (history, ()),
 }
