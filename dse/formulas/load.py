@@ -48,11 +48,11 @@ import jax.numpy as jnp
 from . import queueing as q
 from .load_tails import tails
 
-ITERATIONS = 40  # relaxations of the step mean field at a given rate (open loop)
-BISECTIONS = 28  # bracketed trials of the closed loop's throughput
+ITERATIONS = 24  # relaxations of the step mean field at a given rate (open loop)
+BISECTIONS = 16  # bracketed trials of the closed loop's throughput
 DAMP = 0.5
 PROMPT_MARGIN = 0.02  # share of the prompt server's limit kept as margin (see _steps)
-INNER = 8  # relaxations per trial (the mean field is carried from one to the next)
+INNER = 4  # relaxations per trial (the mean field is carried from one to the next)
 
 
 class Load(NamedTuple):
@@ -262,8 +262,16 @@ def _solve(step, nodes: _Nodes, load: Load, closed, iterations: int) -> _State:
     n_target = jnp.minimum(clients, load.slots)
     init_tau = step(1.0, 0.0, 0.0)
     zero = 0.0 * (load.rate + n_target + init_tau)
+    # the bracket: no request is faster than its decode steps at batch 1; none slower
+    # than its prompt and decode steps all at the longest step (every slot decoding, a
+    # full budget of prompt), except past the prompt server's limit (below half of it)
     x_hi = n_target / jnp.maximum(nodes.mean_decode * init_tau, 1e-30) + zero
-    lo, hi = jnp.log(jnp.maximum(x_hi, 1e-30) * 1e-6), jnp.log(jnp.maximum(x_hi, 1e-30))
+    longest = step(load.slots, load.budget, 1.0)
+    slowest = (nodes.mean_decode + jnp.ceil(nodes.mean_prompt / load.budget) + 2.0) * longest
+    prompt_limit = load.budget / jnp.maximum(nodes.mean_prompt * longest, 1e-30)
+    x_lo = jnp.minimum(n_target / slowest, 0.5 * prompt_limit)
+    lo = jnp.log(jnp.maximum(jnp.minimum(x_lo, 0.5 * x_hi), 1e-30))
+    hi = jnp.log(jnp.maximum(x_hi, 1e-30))
     x0 = jnp.where(closed, jnp.exp(0.5 * (lo + hi)), load.rate + zero)
     init = _State(x0, init_tau + zero, zero, zero + 1e-9, init_tau + zero, init_tau + zero,
                   zero)

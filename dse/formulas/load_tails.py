@@ -27,8 +27,9 @@ import numpy as np
 from . import queueing as q
 
 PERCENTILES = (0.5, 0.9, 0.99)
-BISECTIONS = 36
+BISECTIONS = 28
 CO_NODES = 4  # prompts arriving with it: 0, 1, 2 and the tail
+WAIT_NODES = 4  # the wait's quantile nodes (beside its atom at 0)
 
 
 def _interp_log(xq, x, y):
@@ -51,7 +52,7 @@ def tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed) -
     rank = jnp.ndim(s.x)
     qw = q.lead(q.QUANTILE_WEIGHTS, rank)
     # the step an arrival lands in: decode-only or a prompt step, size-biased
-    wn, ww = q.lognormal_nodes(p["buffer"], 0.0 * p["buffer"] + 0.25, 3)
+    wn, ww = q.lognormal_nodes(p["buffer"], 0.0 * p["buffer"] + 0.25, 2)
     lengths = jnp.concatenate([p["tau_d"][None] * jnp.ones_like(wn[:1]),
                                step(bs, jnp.minimum(wn, cap), chunks)])
     prob = jnp.concatenate([(1.0 - s.f)[None] * jnp.ones_like(ww[:1]), s.f * ww])
@@ -83,14 +84,14 @@ def tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed) -
     p_wait = jnp.where(closed, p_wait, 1.0 - (1.0 - p_wait) * (1.0 - p_prompt))
     slot_wait = slot_wait + t["prompt_wait"]
     mean_wait = slot_wait / jnp.maximum(jnp.where(closed, 1.0, p_wait), 1e-12)
-    exp_nodes = q.exponential_quantile_nodes(mean_wait, 6)
+    exp_nodes = q.exponential_quantile_nodes(mean_wait, WAIT_NODES)
     gam_nodes, gam_w = q.lognormal_nodes(jnp.maximum(slot_wait, 1e-30),
-                                         1.0 / jnp.maximum(k, 1.0), 6)
+                                         1.0 / jnp.maximum(k, 1.0), WAIT_NODES)
     wait_nodes = jnp.concatenate([jnp.zeros_like(exp_nodes[:1]),
                                   jnp.where(closed, gam_nodes, exp_nodes)])
     wait_w = jnp.concatenate([jnp.where(closed, 0.0, 1.0 - p_wait)[None]
                               * jnp.ones_like(exp_nodes[:1]),
-                              jnp.where(closed, gam_w, p_wait / 6.0)])
+                              jnp.where(closed, gam_w, p_wait / WAIT_NODES)])
     start = duration[:, :, None] + wait_nodes[None, None]
     w3 = weight[:, :, None] * wait_w[None, None]
     width3 = width[:, :, None]

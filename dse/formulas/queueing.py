@@ -36,8 +36,8 @@ def _hermite(n: int):
 
 # Equal-probability bins of a length distribution for percentiles: finer in the upper
 # tail, where P99 lives (bin edges in probability; a node at each bin's middle).
-QUANTILE_EDGES = np.array([0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95,
-                           0.97, 0.98, 0.99, 0.995, 0.998, 1.0])
+QUANTILE_EDGES = np.array([0.0, 0.05, 0.15, 0.3, 0.5, 0.7, 0.85, 0.93, 0.97, 0.985, 0.993, 0.997,
+                           0.999, 1.0])
 QUANTILE_WEIGHTS = np.diff(QUANTILE_EDGES)
 _QUANTILE_Z = np.array([NormalDist().inv_cdf(float(u))
                         for u in (QUANTILE_EDGES[1:] + QUANTILE_EDGES[:-1]) / 2.0])
