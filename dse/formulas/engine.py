@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import comm, memory, params
+from . import queueing as q
 from .transformer import end_parts, layer_parts
 from .types import Options, Parallel, Pass, Precision, Rates
 
@@ -81,7 +82,7 @@ def step_model(m, s, p: Precision, rates: Rates, par: Parallel, o: Options, feat
     prompt."""
     rank = max(jnp.ndim(x) for x in (largest, input_len, context, budget))
     k = np.arange(TABLE_NODES, dtype=float) / (TABLE_NODES - 1)
-    tokens = jnp.maximum(largest, 2.0)[None] ** jnp.reshape(k, (-1,) + (1,) * rank)
+    tokens = jnp.maximum(largest, 2.0)[None] ** q.lead(k, rank)
     table = Pass("prefill", 1.0, tokens, 0.0, 0.0)
     (body_total, body_stage), _ = _layers(m, s, p, table, rates, par, o, features)
     first, last = end_parts(m, s, p, table, rates, par.tp)

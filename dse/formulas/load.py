@@ -121,7 +121,9 @@ def _steps(step: StepTime, nodes: _Nodes, load: Load, s: _State, closed, clients
     """One pass of the step mean field at throughput s.x: its new values and the parts
     the tagged request reads."""
     x, sep = s.x, load.separate
-    b = jnp.minimum(x * nodes.mean_decode * s.tpot, load.slots)
+    # decoding: at most every slot, and in a closed loop at most every client
+    most = jnp.where(closed, jnp.minimum(jnp.maximum(clients, 1.0), load.slots), load.slots)
+    b = jnp.minimum(x * nodes.mean_decode * s.tpot, most)
     bs = b * (1.0 - sep)
     cap = jnp.maximum(load.budget - bs, 1.0)
     tau_d = step(b, 0.0, 0.0)
@@ -258,8 +260,9 @@ def _solve(step, nodes: _Nodes, load: Load, closed, iterations: int) -> _State:
     x (TTFT + decode time) = min(c, S) within [x_hi 1e-6, x_hi] (x_hi from the decode
     time at batch 1), ``BISECTIONS`` of them, then relax ``iterations`` times at the last
     x known to fit. Open loops relax at their rate throughout."""
-    clients = load.clients
-    n_target = jnp.minimum(clients, load.slots)
+    # clients past the slots wait outside the engine: the engine runs as at c = S
+    clients = jnp.minimum(load.clients, load.slots)
+    n_target = clients
     init_tau = step(1.0, 0.0, 0.0)
     zero = 0.0 * (load.rate + n_target + init_tau)
     # the bracket: no request is faster than its decode steps at batch 1; none slower
@@ -278,7 +281,7 @@ def _solve(step, nodes: _Nodes, load: Load, closed, iterations: int) -> _State:
     searching = BISECTIONS * INNER
 
     def body(i, carry):
-        s, lo, hi = carry
+        s, fit, lo, hi = carry
         s, p = _steps(step, nodes, load, s, closed, clients)
         t = _tagged(step, nodes, s, p, closed, full=False)
         s = s._replace(tpot=t["tpot"], ttft=t["residual"] + t["prefill"])
@@ -287,10 +290,15 @@ def _solve(step, nodes: _Nodes, load: Load, closed, iterations: int) -> _State:
         here = jnp.log(s.x)
         lo = jnp.where(decide & ~high, here, lo)
         hi = jnp.where(decide & high, here, hi)
+        # the next trial starts from the mean field of the last throughput that fitted:
+        # the step grows with the batch, so a state carried down from a trial that did
+        # not fit can sit on the congested branch of the fixed point and misjudge
+        fit = jax.tree_util.tree_map(lambda a, b: jnp.where(decide & ~high, a, b), s, fit)
+        s = jax.tree_util.tree_map(lambda a, b: jnp.where(decide & high, b, a), s, fit)
         x = jnp.where(decide, jnp.exp(jnp.where(i == searching - 1, lo, 0.5 * (lo + hi))), s.x)
-        return s._replace(x=x), lo, hi
+        return s._replace(x=x), fit, lo, hi
 
-    s, _, _ = jax.lax.fori_loop(0, searching + iterations, body, (init, lo, hi))
+    s, _, _, _ = jax.lax.fori_loop(0, searching + iterations, body, (init, init, lo, hi))
     return s
 
 
@@ -325,7 +333,7 @@ def serve(step: StepTime, lengths: Lengths, load: Load, iterations: int = ITERAT
     capacity = s2.x[0]
     s = jax.tree_util.tree_map(lambda v: v[1], s2)
     closed = ~open_loop
-    s, p = _steps(step, nodes, load, s, closed, load.clients)
+    s, p = _steps(step, nodes, load, s, closed, jnp.minimum(load.clients, load.slots))
     t = _tagged(step, nodes, s, p, closed, full=True)
     slot_time = t["prefill"] + t["decode_time"]
     # closed loop: Little's law gives the wait in front of the prompt (and the slots)
@@ -344,7 +352,9 @@ def serve(step: StepTime, lengths: Lengths, load: Load, iterations: int = ITERAT
     factor = (load.arrival_cv ** 2 + jnp.maximum(cs2, 0.0)) / 2.0
     slot_wait_open = factor * p_wait * slot_time / (servers * (1.0 - rho))
     slot_wait = jnp.where(closed, slot_wait_closed, slot_wait_open)
-    overloaded = open_loop & ((load.rate >= capacity) | p["over"])
+    # past the capacity (the closed loop at c = S, which keeps the prompt server short of
+    # saturation): latencies unbounded
+    overloaded = open_loop & (load.rate >= capacity)
     ttft = t["residual"] + t["prefill"] + jnp.where(closed, extra_closed, 0.0) + slot_wait
     # the wait before its first prompt step: the running step's residual, the wait for a
     # slot and the full steps of prompt work ahead of it

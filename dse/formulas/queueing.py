@@ -43,9 +43,19 @@ _QUANTILE_Z = np.array([NormalDist().inv_cdf(float(u))
                         for u in (QUANTILE_EDGES[1:] + QUANTILE_EDGES[:-1]) / 2.0])
 
 
+def const(values):
+    """A numpy constant as a JAX array of the current precision (float64 under x64).
+
+    The dtype is named: JAX caches the constant it makes of a numpy array inside a
+    trace, and without a dtype a later conversion of the same array can reuse that
+    float32 copy under x64."""
+    values = np.asarray(values)
+    return jnp.asarray(values, jax.dtypes.canonicalize_dtype(values.dtype))
+
+
 def lead(values, rank: int):
     """A 1-D array of node values shaped to lead ``rank`` broadcast axes."""
-    return jnp.reshape(jnp.asarray(values), (-1,) + (1,) * rank)
+    return jnp.reshape(const(values), (-1,) + (1,) * rank)
 
 
 def normal_nodes(n: int, rank: int):

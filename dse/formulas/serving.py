@@ -28,7 +28,7 @@ def replica_load(m: ModelSpec, s, p: Precision, w: Workload, sv: Serving, rates:
                  par: Parallel, o: Options, features: frozenset, capacity, weights):
     """(engine step model, load, lengths, KV bytes per running request, activation bytes,
     requests the KV memory holds) of one replica."""
-    with NODE_AXES:
+    with node_axes():
         return _replica_load(m, s, p, w, sv, rates, par, o, features, capacity, weights)
 
 
@@ -52,14 +52,18 @@ def under_load(m: ModelSpec, s, p: Precision, w: Workload, sv: Serving, rates: R
                par: Parallel, o: Options, features: frozenset, capacity, weights,
                power: Power, static: dict) -> dict:
     """The inference outputs of the points under load, the ``static`` ones elsewhere."""
-    with NODE_AXES:
+    with node_axes():
         return _under_load(m, s, p, w, sv, rates, par, o, features, capacity, weights, power,
                            static)
 
 
-# The load model's quadrature, quantile and table nodes lead the point axes and broadcast
-# against them as numpy broadcasts (rank promotion), whatever the caller's JAX setting.
-NODE_AXES = jax.numpy_rank_promotion("allow")
+def node_axes():
+    """The load model's quadrature, quantile and table nodes lead the point axes and
+    broadcast against them as numpy broadcasts (rank promotion), whatever the caller's
+    JAX setting. A new context each time: JAX's context object keeps the value it
+    replaced on itself, so one object entered twice (nested) would restore the wrong
+    setting on leaving."""
+    return jax.numpy_rank_promotion("allow")
 
 
 def _under_load(m, s, p, w, sv, rates, par, o, features, capacity, weights, power, static):
@@ -105,7 +109,7 @@ def _under_load(m, s, p, w, sv, rates, par, o, features, capacity, weights, powe
         fits=holds >= 1.0, max_batch=jnp.minimum(sv.max_num_seqs, holds),
         overloaded=over)
     for key in ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s",
-                "tpot_p99_s", "e2e_p90_s", "e2e_p99_s"):
+                "tpot_p99_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s"):
         out[key] = latency(res[key])
     # points without a load: the static batch, every request alike
     static_requests = par.dp * w.batch / static["e2e_s"]
@@ -120,5 +124,5 @@ def _under_load(m, s, p, w, sv, rates, par, o, features, capacity, weights, powe
         capacity_req_s=out["capacity_req_s"], overloaded=over,
         ttft_p50_s=static["ttft_s"], ttft_p90_s=static["ttft_s"], ttft_p99_s=static["ttft_s"],
         tpot_p50_s=static["tpot_s"], tpot_p90_s=static["tpot_s"], tpot_p99_s=static["tpot_s"],
-        e2e_p90_s=static["e2e_s"], e2e_p99_s=static["e2e_s"])
+        e2e_p50_s=static["e2e_s"], e2e_p90_s=static["e2e_s"], e2e_p99_s=static["e2e_s"])
     return {k: jnp.where(loaded, v, fallback[k]) for k, v in out.items()}

@@ -34,10 +34,9 @@ def deployments(draw):
 
 
 def _ordered(out, valid):
-    for name in ("ttft", "tpot"):
+    for name in ("ttft", "tpot", "e2e"):
         p50, p90, p99 = (out[f"{name}_p{q}_s"][valid] for q in (50, 90, 99))
         assert np.all(p50 <= p90 * (1 + 1e-6)) and np.all(p90 <= p99 * (1 + 1e-6)), name
-    assert np.all(out["e2e_p90_s"][valid] <= out["e2e_p99_s"][valid] * (1 + 1e-6))
 
 
 def _rising(values, rel):
@@ -45,7 +44,7 @@ def _rising(values, rel):
     return np.all(steps >= -rel), steps.min()
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=12, deadline=None, derandomize=True)
 @given(deployments())
 def test_open_loop_properties(row):
     n = len(SHARES)
@@ -67,7 +66,7 @@ def test_open_loop_properties(row):
     assert np.all(np.isnan(out["ttft_s"][over]))
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=12, deadline=None, derandomize=True)
 @given(deployments())
 def test_closed_loop_properties(row):
     n = len(CLIENTS)
