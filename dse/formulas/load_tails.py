@@ -142,12 +142,13 @@ def tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed) -
         (shift + jnp.maximum(jnp.min(tpot_q, 0) - shift, 1e-12) * 0.01,
          shift + (jnp.max(tpot_q, 0) - shift) * 20.0 + 1e-9),
         (mean_t * 0.2 + 1e-9, (mean_t + jnp.max(dq * tpot_q, 0)) * 4.0 + 1e-9))
-    probs = (PERCENTILES, PERCENTILES, PERCENTILES[1:])
+    probs = (PERCENTILES, PERCENTILES, PERCENTILES)
     found = _quantiles((ttft_cdf, tpot_cdf, e2e_cdf), probs, bounds, rank)
     ttft_p, tpot_p, e2e_p = found
     return dict(ttft_p50_s=ttft_p[0], ttft_p90_s=ttft_p[1], ttft_p99_s=ttft_p[2],
                 tpot_p50_s=tpot_p[0], tpot_p90_s=tpot_p[1], tpot_p99_s=tpot_p[2],
-                e2e_p90_s=e2e_p[0], e2e_p99_s=e2e_p[1], ttft_cdf=ttft_cdf, tpot_cdf=tpot_cdf)
+                e2e_p50_s=e2e_p[0], e2e_p90_s=e2e_p[1], e2e_p99_s=e2e_p[2], ttft_cdf=ttft_cdf,
+                tpot_cdf=tpot_cdf)
 
 
 def _quantiles(cdfs, probs, bounds, rank: int):

@@ -83,6 +83,7 @@ INFERENCE = Registry({
                        feature="load"),
     "tpot_p99_s": less("s", "99th percentile time per output token under load",
                        feature="load"),
+    "e2e_p50_s": less("s", "median request latency under load", feature="load"),
     "e2e_p90_s": less("s", "90th percentile request latency under load", feature="load"),
     "e2e_p99_s": less("s", "99th percentile request latency under load", feature="load"),
     "queue_s": less("s", "mean wait before a request's first prefill step", feature="load"),

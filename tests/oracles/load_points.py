@@ -15,8 +15,8 @@ from dse.study.study import parse_study_dict
 from .serving_sim import simulate
 
 NAMES = ("ttft_s", "tpot_s", "e2e_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s",
-         "tpot_p90_s", "tpot_p99_s", "e2e_p90_s", "e2e_p99_s", "capacity_req_s", "valid",
-         "reason")
+         "tpot_p90_s", "tpot_p99_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "capacity_req_s",
+         "valid", "reason", "running_batch", "queue_s", "max_batch", "utilization")
 MEANS = ("ttft_s", "tpot_s", "e2e_s")
 TAILS = ("ttft_p90_s", "ttft_p99_s", "tpot_p90_s", "tpot_p99_s", "e2e_p90_s", "e2e_p99_s")
 # (model, tensor-parallel degrees that fit its weights on every device below)
