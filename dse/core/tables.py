@@ -58,12 +58,18 @@ def hardware_spec(study, card, framework: str = "generic") -> HardwareSpec:
     if study.calibration is not None:
         spec = calibrated_spec(spec, study.calibration, study.calibration_fit(framework),
                                card.name)
+    return with_framework(spec, framework, card.name)
+
+
+def with_framework(spec: HardwareSpec, framework: str, device: str) -> HardwareSpec:
+    """``spec`` with the serving ``framework``'s scheduling and default caps on the device
+    named ``device`` (dse.catalogue.frameworks)."""
     fw = FRAMEWORKS[framework]
     memory = float(spec.memory_bytes)
     return dataclasses.replace(
         spec, prefill_separate=np.float64(1.0 if fw.separate else 0.0),
-        default_max_num_seqs=np.float64(fw.max_num_seqs(memory, card.name)),
-        default_max_num_tokens=np.float64(fw.max_num_tokens(memory, card.name)))
+        default_max_num_seqs=np.float64(fw.max_num_seqs(memory, device)),
+        default_max_num_tokens=np.float64(fw.max_num_tokens(memory, device)))
 
 
 def tables(study):

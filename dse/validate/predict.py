@@ -20,6 +20,7 @@ from ..catalogue.hardware import stack as stack_hardware
 from ..catalogue.lookup import load_hardware
 from ..catalogue.model import model_features, stack as stack_models
 from ..core.evaluator import Evaluator
+from ..core.tables import with_framework
 from ..schema.knobs import (OPTIMIZERS, PP_SCHEDULES, RECOMPUTE, InferencePoint,
                             TrainingPoint)
 from .rows import Case
@@ -36,6 +37,7 @@ class ModeBatch:
     point: Any
     evaluator: Evaluator
     kind: tuple[str, ...]
+    mode: str = ""  # "inference", "training", or "load" (inference under a request load)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,9 +90,25 @@ def _features(cases: list[Case]) -> frozenset:
     return model_features(c.model for c in cases)
 
 
+# The evaluator calls of a problem: (batch mode, evaluator mode, point type, kinds).
+_MODES = (("inference", "inference", InferencePoint,
+           ("infer_decode", "infer_prefill", "serving_throughput")),
+          ("load", "inference", InferencePoint, ("serving_latency",)),
+          ("training", "training", TrainingPoint, ("train",)))
+
+
+def _hardware(c: Case, mode: str):
+    card = load_hardware(c.hardware)
+    if mode != "load":
+        return card.spec()
+    return with_framework(card.spec(), c.knobs["engine"], card.name)
+
+
 def problem(cases: list[Case], frameworks, families, family_of: dict[str, str]) -> Problem:
     """The rows as evaluator inputs. Serving rows get their batch here: the largest the
-    KV memory allows (independent of the calibration), capped at the engine's maximum."""
+    KV memory allows (independent of the calibration), capped at the engine's maximum.
+    Rows under a request load run the load model (feature "load") on their framework's
+    engine (scheduling and default caps)."""
     cases = tuple(cases)
     models = {}
     for c in cases:
@@ -99,23 +117,24 @@ def problem(cases: list[Case], frameworks, families, family_of: dict[str, str]) 
     model_table = stack_models([m.spec() for m in models.values()])
     batches = []
     with jax.enable_x64(True):
-        for mode, point_type in (("inference", InferencePoint), ("training", TrainingPoint)):
-            rows = np.asarray([i for i, c in enumerate(cases) if c.mode == mode], np.int64)
+        for mode, evaluator_mode, point_type, mode_kinds in _MODES:
+            rows = np.asarray([i for i, c in enumerate(cases) if c.kind in mode_kinds],
+                              np.int64)
             if not len(rows):
                 continue
             sub = [cases[i] for i in rows]
             point = _point(point_type, sub, model_index)
-            hardware = stack_hardware([load_hardware(c.hardware).spec() for c in sub])
-            features = _features(sub)
+            hardware = stack_hardware([_hardware(c, mode) for c in sub])
+            features = _features(sub) | ({"load"} if mode == "load" else set())
             kinds = tuple(c.kind for c in sub)
-            evaluator = Evaluator(mode, model_table, hardware, features=features,
+            evaluator = Evaluator(evaluator_mode, model_table, hardware, features=features,
                                   names=_NAMES[mode], dtype="float64")
             if mode == "inference" and "serving_throughput" in kinds:
                 cap = np.asarray(evaluator.with_names(("max_batch",))(point)["max_batch"])
                 serving = np.asarray([k == "serving_throughput" for k in kinds])
                 batch = np.where(serving, np.clip(cap, 1.0, SERVING_BATCH_CAP), point.batch)
                 point = dataclasses.replace(point, batch=batch)
-            batches.append(ModeBatch(rows, point, evaluator, kinds))
+            batches.append(ModeBatch(rows, point, evaluator, kinds, mode))
     fam_names = list(families)
     return Problem(
         cases, tuple(batches), tuple(frameworks), tuple(families),
@@ -135,6 +154,9 @@ def row_parameters(theta, prob: Problem):
 
 
 _NAMES = {"inference": ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "n_devices", "reason"),
+          "load": ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "n_devices", "reason",
+                   "request_throughput_req_s", *(f"{m}_p{q}_s" for m in ("ttft", "tpot", "e2e")
+                                                 for q in (50, 90, 99))),
           "training": ("throughput_per_device_tok_s", "model_flops_per_step", "step_s",
                        "mfu", "n_devices", "reason")}
 
@@ -145,7 +167,18 @@ def metric_value(kind: str, metric: str, out: dict, point, i):
     Latencies are means in ms (itl = tpot). Training: tokens/s of the job or per GPU,
     model TFLOP/s per GPU and MFU count 6 N + 3 A per token (the MFU convention of
     Chowdhery et al. 2022 that Megatron-LM and the Llama 3 report also use: attention
-    included, recomputation not), step_time_s the optimizer step."""
+    included, recomputation not), step_time_s the optimizer step. Under a load
+    (``serving_latency``), ``_p50`` / ``_p90`` / ``_p99`` read the percentiles and
+    throughputs count what the deployment completes."""
+    if kind == "serving_latency":
+        stem, _, q = metric.partition("_p")
+        if stem.endswith("_ms"):
+            name = {"itl_ms": "tpot"}.get(stem, stem.removesuffix("_ms"))
+            return out[f"{name}_p{q}_s" if q else f"{name}_s"][i] * 1e3
+        if metric == "requests_per_s":
+            return out["request_throughput_req_s"][i]
+        per = out["n_devices"][i] if metric.endswith("_per_gpu") else 1.0
+        return out["throughput_tok_s"][i] / per
     if metric == "ttft_ms":
         return out["ttft_s"][i] * 1e3
     if metric in ("tpot_ms", "itl_ms"):

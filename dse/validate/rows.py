@@ -15,6 +15,15 @@ Metric definitions (../shared/data/README.md):
 - ``serving_throughput`` output_tokens_per_s: TensorRT-LLM offline max throughput, the
   decode steady state at the largest batch the KV memory allows (capped at 8192):
   batch x output_len / (TTFT + (output_len - 1) TPOT) at that batch.
+- ``serving_latency``: a deployment under a request load (a benchmark client's
+  ``--max-concurrency`` closed loop or a ``--request-rate`` open loop, MLPerf Server and
+  Interactive), read off the load model (dse.formulas.load): TTFT, TPOT (= ITL), request
+  latency in ms, means unless the metric ends in ``_p50`` / ``_p90`` / ``_p99``; output
+  tokens/s and requests/s completed. Load columns (optional in the CSV): ``concurrency`` or
+  ``request_rate`` (one of them), ``arrival_cv``, ``framework``, ``max_num_seqs`` (else
+  ``batch``: the running-batch cap per attention-DP rank), ``max_num_tokens``,
+  ``input_len_cv``, ``output_len_cv``, ``prefix_cache_hit``, and ``moe_tp`` (a wide-EP
+  layout: tp x dp = moe_tp x ep devices per worker).
 - ``train`` tokens_per_s_per_gpu: global batch x sequence length / step time / GPUs.
 """
 
@@ -34,7 +43,14 @@ COLUMNS = ("id", "source", "kind", "model", "n_params_b", "layers", "hidden", "h
            "kv_heads", "ffn", "vocab", "moe_experts", "moe_topk", "hardware", "n_devices",
            "tp", "pp", "dp", "ep", "precision", "batch", "input_len", "output_len", "metric",
            "value", "notes")
-KINDS = ("train", "infer_decode", "infer_prefill", "serving_throughput")
+KINDS = ("train", "infer_decode", "infer_prefill", "serving_throughput", "serving_latency")
+# Columns a CSV may add for serving_latency rows (absent or empty: not stated).
+LOAD_COLUMNS = ("concurrency", "request_rate", "arrival_cv", "framework", "moe_tp",
+                "max_num_seqs", "max_num_tokens", "input_len_cv", "output_len_cv",
+                "prefix_cache_hit")
+# Kinds no calibration is fitted on: they are scored with the calibration of the static
+# kinds, so their calibrated predictions are held out by construction.
+UNFITTED = ("serving_latency",)
 # The metrics people publish, per kind (their readings: dse.validate.predict.metric_value).
 # Inference tokens/s count output tokens (prefill: prompt tokens); "_per_gpu" divides by
 # the devices; latencies are means in milliseconds (itl_ms = tpot_ms).
@@ -45,7 +61,15 @@ METRICS = {"train": ("tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
                             *_LATENCY),
            "infer_prefill": ("tokens_per_s", "tokens_per_s_per_gpu", "ttft_ms"),
            "serving_throughput": ("output_tokens_per_s", "tokens_per_s", "tokens_per_s_per_gpu",
-                                  "requests_per_s", *_LATENCY)}
+                                  "requests_per_s", *_LATENCY),
+           "serving_latency": (*_LATENCY, *(f"{m}_p{q}" for m in ("ttft_ms", "tpot_ms", "e2e_ms")
+                                            for q in (50, 90, 99)),
+                               "output_tokens_per_s", "tokens_per_s", "tokens_per_s_per_gpu",
+                               "requests_per_s")}
+# Metrics people publish that dse does not model, with why.
+_PER_TOKEN = ("per-token inter-token latency percentiles: dse gives TPOT percentiles across "
+              "requests, not the distribution of the gaps between tokens")
+UNMODELLED = {f"itl_ms_p{q}": _PER_TOKEN for q in (50, 90, 99)}
 # Why a row is not scored (``dse validate --rows``): "scored" rows are in the error
 # tables; the others are counted and listed.
 STATUSES = ("scored", "flagged", "does_not_fit", "infeasible", "under_load", "unknown_model",
@@ -236,7 +260,17 @@ def _model_card(row) -> ModelCard:
 NO_FRAMEWORK = "generic"
 
 
+# A framework column's spellings of the names above.
+FRAMEWORK_ALIASES = {"trtllm": "tensorrt-llm", "tensorrt_llm": "tensorrt-llm",
+                     "trt-llm": "tensorrt-llm", "llamacpp": "llama.cpp",
+                     "llama-cpp": "llama.cpp"}
+
+
 def _framework(row) -> str:
+    stated = (row.get("framework") or "").strip().lower()
+    if stated:
+        stated = FRAMEWORK_ALIASES.get(stated, stated)
+        return stated if stated in dict(FRAMEWORKS) else NO_FRAMEWORK
     text = (row["source"] + " " + row["notes"]).lower()
     for name, keys in FRAMEWORKS:
         if any(k in text for k in keys):
@@ -344,6 +378,8 @@ def case(row: dict) -> Case | Skip:
     try:
         if kind not in KINDS:
             raise ValueError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
+        if metric in UNMODELLED and kind == "serving_latency":
+            raise _Unscorable("unknown_metric", f"metric {metric!r}: {UNMODELLED[metric]}")
         if metric not in METRICS[kind]:
             raise _Unscorable("unknown_metric", f"metric {metric!r} for kind {kind} (known: "
                               f"{', '.join(METRICS[kind])})")
@@ -363,8 +399,10 @@ def case(row: dict) -> Case | Skip:
             raise _Unscorable("under_load", "measured under a request load with latency "
                               "limits (not a static batch)")
         n_devices = _number(row, "n_devices", int, 1)
+        stated = (row.get("framework") or "").strip()
         assumed = "" if framework != NO_FRAMEWORK else (
-            "no framework named: the generic calibration")
+            f"framework {stated!r} is none dse models: the generic calibration and engine"
+            if stated else "no framework named: the generic calibration")
         recompute_stated = True
         if kind == "train":
             knobs, said = _training_knobs(row, precision, framework,
@@ -385,6 +423,11 @@ def case(row: dict) -> Case | Skip:
             if kind == "infer_decode":
                 knobs.update(batch=_number(row, "batch", int, 1), input_len=max(inp, 1),
                              output_len=out)
+            elif kind == "serving_latency":
+                said = _load_knobs(row, knobs, n_devices, framework)
+                assumed = "; ".join(filter(None, (assumed, said)))
+                n_devices = int(knobs.pop("n_devices"))
+                layout_stated = bool((row.get("tp") or "").strip()) or n_devices == 1
             elif kind == "infer_prefill":
                 chunk = re.search(r"ubatch (\d+)", row["notes"])
                 knobs.update(batch=_number(row, "batch", int, 1), input_len=inp, output_len=2,
@@ -408,6 +451,51 @@ def case(row: dict) -> Case | Skip:
     except (ValueError, InputError) as e:
         status = getattr(e, "status", "bad_row")
         return Skip(rid, kind, str(e).removeprefix("dse: error: "), status, metric, measured)
+
+
+def _load_knobs(row, knobs: dict, n_devices: int, framework: str) -> str:
+    """Add a serving_latency row's load, lengths and engine to ``knobs`` (in place, with
+    ``n_devices``: the devices the layout spans); returns what was assumed."""
+    from ..catalogue.frameworks import ALIASES, FRAMEWORKS as ENGINES
+
+    said = []
+    clients = _number(row, "concurrency", float, 0.0)
+    rate = _number(row, "request_rate", float, 0.0)
+    if (clients > 0.0) == (rate > 0.0):
+        raise ValueError("a serving_latency row states one of concurrency (closed-loop "
+                         "clients) and request_rate (requests/s)")
+    inp, out = _number(row, "input_len", float, 0.0), _number(row, "output_len", float, 0.0)
+    if not (inp >= 1.0 and out >= 1.0):
+        raise ValueError("input_len and output_len are needed (dataset means where lengths "
+                         "vary)")
+    tp, dp, ep = knobs["tp"], knobs["dp"], knobs["ep"]
+    moe_tp = _number(row, "moe_tp", int, 0)
+    if moe_tp:
+        if not (row.get("ep") or "").strip():
+            if (tp * dp) % moe_tp:
+                raise ValueError(f"moe_tp {moe_tp} does not divide tp x dp = {tp * dp}")
+            ep = knobs["ep"] = tp * dp // moe_tp
+        elif tp * dp != moe_tp * ep:
+            raise ValueError(f"tp x dp = {tp * dp} devices per worker, moe_tp x ep = "
+                             f"{moe_tp * ep}: a wide-EP layout has tp x dp = moe_tp x ep")
+    cap = _number(row, "max_num_seqs", int, 0) or _number(row, "batch", int, 0)
+    cvs = {k: _number(row, k, float, 0.0) for k in ("input_len_cv", "output_len_cv")}
+    if not any(cvs.values()):
+        said.append("lengths not stated as distributions: every request at the means")
+    arrival = _number(row, "arrival_cv", float, 1.0)
+    if rate > 0.0 and not (row.get("arrival_cv") or "").strip():
+        said.append("Poisson arrivals (arrival_cv 1)")
+    if not cap:
+        said.append("the framework's default running-batch cap")
+    engine = ALIASES.get(framework, framework)
+    knobs.update(batch=1, input_len=inp, output_len=out, concurrency=clients,
+                 request_rate=rate, arrival_cv=arrival, max_num_seqs=float(cap),
+                 max_num_tokens=_number(row, "max_num_tokens", float, 0.0),
+                 prefix_cache_hit=_number(row, "prefix_cache_hit", float, 0.0),
+                 engine=engine if engine in ENGINES else "generic",
+                 n_devices=n_devices if (row.get("n_devices") or "").strip()
+                 else tp * knobs["pp"] * dp, **cvs)
+    return "; ".join(said)
 
 
 def source_of(row_id: str) -> str:

@@ -28,7 +28,7 @@ from ..schema.knobs import RECOMPUTE
 from ..schema.outputs import REASON_BITS
 from . import fit as F
 from .predict import Problem, predict_with_reasons, problem
-from .rows import STATUSES, Case, Skip, pooled, read
+from .rows import KINDS, STATUSES, UNFITTED, Case, Skip, pooled, read
 
 # Columns of ``dse validate --rows OUT.csv``.
 ROW_COLUMNS = ("id", "kind", "metric", "measured", "predicted", "ape", "status", "note")
@@ -167,7 +167,20 @@ def calibration_vector(prob: Problem, cal: C.Calibration | None) -> np.ndarray:
 
 
 def _ape(pred, measured):
-    return np.abs(np.asarray(pred) / measured - 1.0) * 100.0
+    """Absolute percentage errors; a row predicted as no number (a load the deployment
+    cannot carry under this calibration) misses by an unbounded amount."""
+    e = np.abs(np.asarray(pred, np.float64) / measured - 1.0) * 100.0
+    return np.where(np.isfinite(e), e, np.inf)
+
+
+def group(c: Case) -> str:
+    """The row's group in the error tables: its kind, serving latency split into means,
+    percentiles (tails) and throughputs, which answer different questions."""
+    if c.kind != "serving_latency":
+        return c.kind
+    if c.metric.endswith("_ms"):
+        return "serving_latency"
+    return "serving_latency_tail" if "_ms_p" in c.metric else "serving_latency_tput"
 
 
 @dataclasses.dataclass
@@ -190,17 +203,25 @@ class Validation:
         return np.asarray([bool(c.flag) for c in self.cases])
 
     def stats(self) -> dict:
-        """{kind: {method: {n, median_ape, p90_ape, within_10, within_25}}}, flagged
-        anomalies excluded (they are listed, not scored)."""
-        kinds = np.asarray([c.kind for c in self.cases])
+        """{group: {method: {n, median_ape, p90_ape, within_10, within_25}}} by the rows'
+        :func:`group` (their kind, serving latency split), flagged anomalies excluded
+        (they are listed, not scored). A method with no prediction for a group (a
+        leave-one-out refit of kinds no fit uses) is left out of it."""
+        kinds = np.asarray([group(c) for c in self.cases])
         out = {}
         for kind in dict.fromkeys(kinds):
             sel = (kinds == kind) & ~self.flagged
+            if not sel.any():
+                continue
             out[kind] = {}
             for method, pred in self.predictions.items():
+                if np.all(np.isnan(pred[sel])) and method not in ("calibrated", "roofline"):
+                    continue
                 e = _ape(pred[sel], self.measured[sel])
+                # an unbounded miss interpolates as the largest float (inf would give nan)
+                big = np.percentile(np.where(np.isfinite(e), e, np.finfo(np.float64).max), 90)
                 out[kind][method] = dict(n=int(sel.sum()), median_ape=float(np.median(e)),
-                                         p90_ape=float(np.percentile(e, 90)),
+                                         p90_ape=float(big if big < 1e300 else np.inf),
                                          within_10=float(np.mean(e <= 10.0)),
                                          within_25=float(np.mean(e <= 25.0)))
         return out
@@ -272,11 +293,11 @@ class Validation:
                  + ", ".join(f"{n} {k}" for k, n in counts.items() if n)
                  + f" ({100.0 * counts['scored'] / max(total, 1):.1f}% scored)",
                  f"calibration: {self.calibration}", "",
-                 f"{'kind':<20} {'method':<24} {'n':>4} {'median APE':>11} {'p90 APE':>9} "
+                 f"{'kind':<22} {'method':<24} {'n':>4} {'median APE':>11} {'p90 APE':>9} "
                  f"{'<=10%':>6} {'<=25%':>6}"]
         for kind, methods in self.stats().items():
             for method, s in methods.items():
-                lines.append(f"{kind:<20} {method:<24} {s['n']:>4} {s['median_ape']:>10.1f}% "
+                lines.append(f"{kind:<22} {method:<24} {s['n']:>4} {s['median_ape']:>10.1f}% "
                              f"{s['p90_ape']:>8.1f}% {s['within_10']:>6.0%} "
                              f"{s['within_25']:>6.0%}")
         lines += ["", f"worst {n_worst} rows (calibrated):"]
@@ -301,15 +322,17 @@ class Validation:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        kinds = list(dict.fromkeys(c.kind for c in self.cases))
+        kinds = list(dict.fromkeys(group(c) for c in self.cases))
         fig, axes = plt.subplots(1, len(kinds), figsize=(4.2 * len(kinds), 4.2), squeeze=False)
-        kind_of = np.asarray([c.kind for c in self.cases])
+        kind_of = np.asarray([group(c) for c in self.cases])
         markers = {"calibrated": "o", "roofline": "x", "leave_one_hardware_out": "^",
                    "leave_one_model_out": "v"}
         for ax, kind in zip(axes[0], kinds):
             sel = kind_of == kind
             m = self.measured[sel]
             for method, pred in self.predictions.items():
+                if np.all(np.isnan(pred[sel])):
+                    continue
                 ax.scatter(m, pred[sel], s=14, marker=markers.get(method, "."), alpha=0.7,
                            label=method.replace("_", " "))
             lo, hi = m.min() / 2.0, m.max() * 2.0
@@ -379,8 +402,7 @@ def validate(data, calibration=None, holdout: bool = False, steps: int = F.STEPS
     skips = skips + misses
     if not cases:
         raise InputError(str(data), "rows", "no row is expressible",
-                         "rows of the kinds " + ", ".join(("train", "infer_decode",
-                                                           "infer_prefill", "serving_throughput")))
+                         "rows of the kinds " + ", ".join(KINDS))
     if calibration is None:
         calibration = default_calibration()
     cal = calibration if isinstance(calibration, C.Calibration) else C.load(calibration)
@@ -390,7 +412,15 @@ def validate(data, calibration=None, holdout: bool = False, steps: int = F.STEPS
         roofline, _ = predict_with_reasons(calibration_vector(prob, cal), prob, calibrated=False)
     predictions = {"calibrated": np.asarray(calibrated), "roofline": np.asarray(roofline)}
     if holdout:
-        predictions.update(holdout_predictions(prob, steps, holdout_by))
+        # refits use the kinds a calibration is fitted on; the others (UNFITTED) are held
+        # out of every fit already: their calibrated prediction is out of sample
+        fitted = np.asarray([c.kind not in UNFITTED for c in prob.cases])
+        if fitted.any():
+            sub = build_problem([c for c, f in zip(prob.cases, fitted) if f], cal)
+            for method, pred in holdout_predictions(sub, steps, holdout_by).items():
+                full = np.full(prob.size, np.nan)
+                full[fitted] = pred
+                predictions[method] = full
     return Validation(list(prob.cases), skips, predictions, np.asarray(reasons), cal.file,
                       str(data))
 
