@@ -135,7 +135,11 @@ def plan(study, rate: float, constraints=None) -> Plan:
 
 
 def write_plan(result: Plan, path: str | Path) -> Path:
-    """The plan's table as CSV (one row per deployment that serves the rate)."""
+    """The plan's table as CSV (one row per deployment that serves the rate), written
+    atomically."""
+    from ..atomic import atomic_path
+
     path = Path(path)
-    result.table.to_csv(path, index=False)
+    with atomic_path(path) as tmp:
+        result.table.to_csv(tmp, index=False)
     return path

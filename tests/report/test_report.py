@@ -85,6 +85,7 @@ EXPECTED = {
     "training-zero.toml": ({"heatmap", "memory", "latency"}, {"pareto", "roofline"}),
     "pipeline-apple-lan.toml": ({"heatmap", "pareto", "latency"}, {"roofline", "memory"}),
     "capacity.toml": ({"heatmap"}, {"pareto", "roofline", "latency"}),
+    "serving-load.toml": ({"load", "frontier", "heatmap"}, {"roofline", "latency"}),
 }
 
 
@@ -276,3 +277,42 @@ def test_report_renders_in_a_browser(reports, tmp_path):
     # the figures loaded: large regions differ from the page without them
     differs = np.abs(full - empty).max(axis=-1) > 0.1
     assert differs.mean() > 0.05, f"only {differs.mean():.1%} of the page comes from figures"
+
+
+def test_load_figures_follow_the_dataset(swept):
+    """The hockey stick draws the Dataset's own series: each mean line is a configuration's
+    TTFT over the request rates it carries, its band runs from P50 to P99, and it stops
+    where the next rate is past the deployment's capacity (reason overloaded)."""
+    from dse.report.load import frontier, hockey
+    from dse.schema.outputs import REASON_BITS
+
+    _, path = swept("serving-load.toml")
+    res, ds = open_result(path), xr.open_dataset(path)
+    fig, caption = hockey(res)
+    model = str(ds.model.values[0])
+    ax = fig.axes[0]  # TTFT of the first model
+    assert ax.get_title() == model and "overloaded" in caption
+    factor = {"(s)": 1.0, "(ms)": 1e-3}[ax.get_ylabel().split()[-1]]
+    sub = ds.sel(model=model)
+    series = [sub.isel(hardware=h, tp=t) for h in range(ds.sizes["hardware"])
+              for t in range(ds.sizes["tp"])]
+    means = [line for line in ax.get_lines() if line.get_linestyle() == "-"]
+    assert means
+    for line in means:
+        x, y = line.get_xdata(), line.get_ydata() * factor
+        match = [s for s in series if np.array_equal(s.request_rate.values[s.valid.values], x)
+                 and np.allclose(s.ttft_s.values[s.valid.values], y, rtol=1e-6)]
+        assert match, line.get_label()
+        s = match[0]
+        after = s.request_rate.values > x.max()
+        assert np.all(s.reason.values[after] & REASON_BITS["overloaded"])
+        assert np.all(s.ttft_p50_s.values[s.valid.values] <= s.ttft_p99_s.values[s.valid.values])
+    plt_close(fig)
+    fig, _ = frontier(res)
+    plt_close(fig)
+
+
+def plt_close(fig):
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
