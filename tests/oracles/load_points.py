@@ -3,6 +3,8 @@ the same engine step (shared by the closed- and open-loop oracle tests)."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 
@@ -87,9 +89,13 @@ def simulated(row: dict, replica, i: int, load: dict, n_requests: int = 1500) ->
     request_rate=), with dse's engine step of that point."""
     sm, ld = _one(replica[0], i), _one(replica[1], i)
 
+    @functools.lru_cache(maxsize=None)  # the step depends on these three counts only
+    def counted(decoding, prompt, n_chunks):
+        return float(engine.step_time(sm, float(decoding), float(prompt), float(n_chunks), 0,
+                                      np))
+
     def step(decoding, chunks):
-        return float(engine.step_time(sm, float(decoding), float(sum(t for t, _ in chunks)),
-                                      float(len(chunks)), 0, np))
+        return counted(decoding, sum(t for t, _ in chunks), len(chunks))
 
     res = simulate(step, input_len=row["input_len"], output_len=row["output_len"],
                    input_len_cv=row["input_len_cv"], output_len_cv=row["output_len_cv"],
