@@ -11,10 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..catalogue.usecases import USECASES
-from ..schema.knobs import OPTIMIZERS, PP_SCHEDULES, RECOMPUTE
+from ..schema.knobs import OPTIMIZERS, PP_SCHEDULES, RECOMPUTE, SERVING
 from .tables import numpy_dtype
 
-INDEX_KEYS = ("model", "hardware", "draft_model", "usecase", "framework")  # int32 indices
+INDEX_KEYS = ("model", "hardware", "draft_model", "usecase", "framework", "prefill_hardware",
+              "decode_hardware")  # int32 indices
 
 
 def encode(study, key: str, values) -> np.ndarray:
@@ -25,6 +26,11 @@ def encode(study, key: str, values) -> np.ndarray:
     if key == "hardware":
         names = [c.name for c in study.hardware]
         return np.asarray([names.index(v) for v in values], np.int32)
+    if key in ("prefill_hardware", "decode_hardware"):  # -1: the deployment's hardware
+        names = [c.name for c in study.hardware]
+        return np.asarray([names.index(v) if v is not None else -1 for v in values], np.int32)
+    if key == "serving":
+        return np.asarray([SERVING.index(v) for v in values], numpy_dtype(study))
     if key == "framework":  # the offset of the framework's block in the hardware table
         names = list(study.frameworks)
         return np.asarray([names.index(v if v is not None else names[0]) * len(study.hardware)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from ..catalogue.hardware import HardwareSpec
-from ..formulas import memory, params
+from ..formulas import disagg, memory, params
 from ..formulas.inference import inference
 from ..formulas.serving import replica_load
 from ..formulas.operators import stored_bits
@@ -161,8 +161,129 @@ def serving_replica(p: InferencePoint, models: ModelSpec, hardware: HardwareSpec
     return sm, ld, lengths
 
 
+def _pooled(p: InferencePoint) -> InferencePoint:
+    """The point with a leading pool axis: [the aggregated deployment, one prefill
+    worker, one decode worker] (:mod:`dse.formulas.disagg`)."""
+    lead = jax.tree_util.tree_map(lambda x: jnp.asarray(x)[None], p)
+
+    def three(a, b, c):
+        return jnp.stack(jnp.broadcast_arrays(jnp.asarray(a), jnp.asarray(b), jnp.asarray(c)))
+
+    def either(x, default):
+        return jnp.where(x > 0.0, x, default)
+
+    def device(x):
+        return jnp.where(x >= 0, x, p.hardware)
+
+    pool = {k: three(getattr(p, k), either(getattr(p, f"prefill_{k}"), getattr(p, k)),
+                     either(getattr(p, f"decode_{k}"), getattr(p, k))) for k in ("tp", "pp", "ep")}
+    one = 0.0 * p.dp + 1.0
+    zero = 0.0 * p.num_devices
+    cap = p.max_num_seqs
+    pool.update(
+        dp=three(p.dp, either(p.prefill_dp, one), either(p.decode_dp, one)),
+        num_devices=three(p.num_devices, zero, zero),
+        hardware=three(p.hardware, device(p.prefill_hardware), device(p.decode_hardware)),
+        max_num_seqs=three(cap, either(p.prefill_batch, cap), either(p.decode_batch, cap)),
+        # the prefill worker runs the prompt and the first token; the decode worker the
+        # rest, the prompt's cache transferred (it computes the last prompt token only)
+        output_len=three(p.output_len, 0.0 * p.output_len + 1.0,
+                         jnp.maximum(p.output_len - 1.0, 1.0)),
+        output_len_cv=three(p.output_len_cv, 0.0 * p.output_len_cv, p.output_len_cv),
+        prefix_cache_hit=three(p.prefix_cache_hit, p.prefix_cache_hit,
+                               1.0 - 1.0 / jnp.maximum(p.input_len, 1.0)),
+        request_rate=three(p.request_rate, p.request_rate / p.prefill_workers,
+                           p.request_rate / p.decode_workers))
+    return dataclasses.replace(lead, **pool)
+
+
+def _moe_tp_ok(moe_tp, tp, dp, ep):
+    """A stated moe_tp (0: derived) matches the worker: tp x dp = moe_tp x ep."""
+    return (moe_tp == 0.0) | (moe_tp * ep == tp * dp)
+
+
+def _evaluate_disagg(p: InferencePoint, models: ModelSpec, hardware: HardwareSpec,
+                     features: frozenset, names: frozenset) -> dict:
+    """Aggregated points as :func:`_evaluate_inference` gives them; disaggregated ones from
+    one prefill and one decode worker evaluated beside them (a leading pool axis, one
+    program) and joined by :func:`dse.formulas.disagg.combine`."""
+    p3 = _pooled(p)
+    out3 = _evaluate_inference(p3, models, hardware, features - {"disagg"},
+                               names | frozenset(DISAGG_NEEDS))
+    rank = jnp.ndim(p3.model) - 1
+
+    def pick(name, i):
+        a = out3[name]
+        if jnp.ndim(a) <= rank:
+            return a
+        axis = jnp.ndim(a) - rank - 1  # the pool axis, after an output's own leading axes
+        return jnp.take(a, min(i, a.shape[axis] - 1), axis=axis)
+
+    agg, pre, dec = ({k: pick(k, i) for k in out3} for i in range(3))
+    m = take(models, p.model)
+    tp_p, pp_p, dp_p, tp_d, pp_d, dp_d = (p3.tp[1], p3.pp[1], p3.dp[1], p3.tp[2], p3.pp[2],
+                                          p3.dp[2])
+    hw_p = take(hardware, p3.hardware[1] + p.framework)
+    hw_d = take(hardware, p3.hardware[2] + p.framework)
+    devices_p, devices_d = tp_p * pp_p * dp_p, tp_d * pp_d * dp_d
+    n_devices = p.prefill_workers * devices_p + p.decode_workers * devices_d
+    precision = Precision(stored_bits(p.weight_bits, p.quant_group_size),
+                          stored_bits(p.kv_bits, p.quant_group_size), p.act_bits)
+    kv_bytes = memory.kv_cache_bytes(m, params.shard(m, 1.0), precision, 1.0, 1.0, p.input_len,
+                                     "mla" in features)
+    same = (p3.hardware[1] == p3.hardware[2]) & (n_devices <= hw_p.devices_per_node)
+    bandwidth = jnp.where(same, jnp.minimum(hw_p.intra_bw_bytes_per_s, hw_d.intra_bw_bytes_per_s),
+                          jnp.minimum(hw_p.inter_bw_bytes_per_s, hw_d.inter_bw_bytes_per_s))
+    latency = jnp.where(same, jnp.maximum(hw_p.intra_latency_s, hw_d.intra_latency_s),
+                        jnp.maximum(hw_p.inter_latency_s, hw_d.inter_latency_s))
+    transfer = disagg.transfer_s(kv_bytes, jnp.minimum(tp_p * pp_p, tp_d * pp_d),
+                                 bandwidth * p.link_bw_scale, latency,
+                                 p.link_efficiency * hw_p.link_efficiency)
+    scale = price_scale(p)
+    usd_per_s = (p.prefill_workers * devices_p * hw_p.price_usd_per_s
+                 + p.decode_workers * devices_d * hw_d.price_usd_per_s) * scale
+
+    def watts(o):
+        return o["energy_per_tok_j"] * o["throughput_tok_s"]
+
+    joined = disagg.combine(
+        p.request_rate, p.output_len, pre, dec, p.prefill_workers, p.decode_workers, transfer,
+        p.kv_transfer_overlap, m.n_layers, usd_per_s,
+        p.prefill_workers * watts(pre) + p.decode_workers * watts(dec), p.ttft_slo_s,
+        p.tpot_slo_s)
+    joined.update(n_devices=n_devices,
+                  throughput_per_device_tok_s=joined["throughput_tok_s"] / n_devices,
+                  fits=pre["fits"] & dec["fits"])
+    layout_ok = (_moe_tp_ok(p.prefill_moe_tp, tp_p, dp_p, p3.ep[1])
+                 & _moe_tp_ok(p.decode_moe_tp, tp_d, dp_d, p3.ep[2]))
+    over = jnp.uint16(REASON_BITS["overloaded"])
+    reason = ((pre["reason"] | dec["reason"]) & ~over) | jnp.where(joined["overloaded"], over,
+                                                                    jnp.uint16(0))
+    joined["reason"] = reason | jnp.where(layout_ok, jnp.uint16(0),
+                                          jnp.uint16(REASON_BITS["ep_indivisible"]))
+    joined["valid"] = joined["reason"] == 0
+    is_disagg = p.serving == disagg.DISAGG
+    nan = jnp.nan
+    agg.update(kv_transfer_s=nan * agg["ttft_s"], prefill_capacity_req_s=nan * agg["ttft_s"],
+               decode_capacity_req_s=nan * agg["ttft_s"], bottleneck=nan * agg["ttft_s"],
+               prefill_utilization=nan * agg["ttft_s"], decode_utilization=nan * agg["ttft_s"])
+    out = {}
+    for k in agg:  # per-device outputs of a disaggregated point: its decode worker's
+        out[k] = jnp.where(is_disagg, joined.get(k, dec.get(k, agg[k])), agg[k])
+    return out
+
+
+# What a disaggregated point needs of its pools
+DISAGG_NEEDS = ("ttft_s", "tpot_s", "e2e_s", "queue_s", "ttft_p50_s", "ttft_p90_s",
+                "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "e2e_p50_s",
+                "e2e_p90_s", "e2e_p99_s", "capacity_req_s", "energy_per_tok_j",
+                "throughput_tok_s", "fits")
+
+
 def _evaluate_inference(p: InferencePoint, models: ModelSpec, hardware: HardwareSpec,
                         features: frozenset, names: frozenset) -> dict:
+    if "disagg" in features:
+        return _evaluate_disagg(p, models, hardware, features, names)
     p, m, hw, precision, rates, capacity = _inference_inputs(p, models, hardware)
     draft = take(models, p.draft_model) if "speculative" in features else None
     out = inference(

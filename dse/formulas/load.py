@@ -348,7 +348,7 @@ def serve(step: StepTime, lengths: Lengths, load: Load, iterations: int = ITERAT
     servers = load.slots
     p_wait = q.erlang_c(servers, rho * servers)
     cs2 = jnp.sum(nodes.decode_w * (nodes.decode * t["tpot_n"]) ** 2, 0) / jnp.maximum(
-        t["decode_time"], 1e-30) ** 2 - 1.0
+        t["decode_time"] ** 2, 1e-30) - 1.0  # no decode (one output token): 0 / 1e-30
     factor = (load.arrival_cv ** 2 + jnp.maximum(cs2, 0.0)) / 2.0
     slot_wait_open = factor * p_wait * slot_time / (servers * (1.0 - rho))
     slot_wait = jnp.where(closed, slot_wait_closed, slot_wait_open)

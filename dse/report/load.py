@@ -107,12 +107,21 @@ def frontier(res: Result):
         raise NotApplicable("no tokens_per_s_per_user output")
     if not any(a in res.axes for a in LOAD_AXES + ("batch",)):
         raise NotApplicable("no load or batch axis to trade throughput for speed")
-    colours = [a for a in ("hardware",) if a in res.axes]
+    # a front per hardware and, in a study of both, per aggregated/disaggregated serving
+    colours = [a for a in ("hardware", "serving") if a in res.axes]
     order = colours + [a for a in res.axes if a not in colours]
-    y = res.full(need[0]).transpose(*order).values.astype(float)
-    x = res.full(need[1]).transpose(*order).values.astype(float)
-    ok = res.feasible.transpose(*order).values & np.isfinite(x) & np.isfinite(y)
-    groups = range(y.shape[0]) if colours else [None]
+    n = int(np.prod([res.ds.sizes[a] for a in colours])) if colours else 1
+
+    def grouped(da):
+        v = da.transpose(*order).values
+        return v.reshape((n,) + v.shape[len(colours):]) if colours else v
+
+    y = grouped(res.full(need[0])).astype(float)
+    x = grouped(res.full(need[1])).astype(float)
+    ok = grouped(res.feasible) & np.isfinite(x) & np.isfinite(y)
+    labels = [" ".join(map(str, combo)) for combo in itertools.product(
+        *(res.ds[a].values for a in colours))]
+    groups = range(n) if colours else [None]
     fig, (ax,) = grid(1, width=6.0, height=4.4, cols=1)
     fronts = 0
     for g in groups:
@@ -120,7 +129,7 @@ def frontier(res: Result):
         px, py = xs[keep], ys[keep]
         if px.size < 2:
             continue
-        name = str(res.ds[colours[0]].values[g]) if colours else res.name
+        name = labels[g] if colours else res.name
         cloud = ax.scatter(px, py, s=5, alpha=0.3, linewidths=0)
         front = pareto_front(-px, py)
         fronts += int(front.sum())
@@ -136,5 +145,5 @@ def frontier(res: Result):
     ax.legend(fontsize=7)
     return fig, ("Output tokens/s per device against tokens/s each user sees (1 / TPOT): each "
                  "dot a feasible configuration, lines the non-dominated ones"
-                 + (" per hardware" if colours else "") + " (no other point is faster for "
+                 + (" per " + " and ".join(colours) if colours else "") + " (no other point is faster for "
                  "the user and more productive per device).")

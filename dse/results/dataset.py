@@ -90,6 +90,8 @@ def to_dataset(study: Study, arrays: dict[str, np.ndarray],
             attrs.update(flag_masks=np.asarray(list(REASON_BITS.values()), np.uint16),
                          flag_meanings=" ".join(REASONS),
                          comment="; ".join(f"{k}: {v}" for k, v in REASONS.items()))
+        elif info.kind == "pool":
+            attrs.update(flag_values=np.asarray([0.0, 1.0]), flag_meanings="prefill decode")
         elif info.kind == "codes":
             attrs.update(flag_values=np.asarray(list(BOUND_CODES.values()), np.uint8),
                          flag_meanings=" ".join(BOUND_CODES))

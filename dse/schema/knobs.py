@@ -46,7 +46,12 @@ KINDS = {
     "cv": "a coefficient of variation >= 0 (0: fixed)",
     "cv_positive": "a coefficient of variation > 0 (1: Poisson)",
     "framework": "a serving framework: vllm, sglang, trtllm, llama.cpp, generic",
+    "serving": "one of \"agg\" (prefill and decode on the same workers), \"disagg\" "
+               "(separate prefill and decode pools)",
 }
+
+# Aggregated or disaggregated serving, encoded as indices.
+SERVING = ("agg", "disagg")
 
 # Activation recomputation strategies (Korthikanti et al. 2022), encoded as indices.
 RECOMPUTE = ("none", "selective", "full")
@@ -133,6 +138,42 @@ class InferencePoint:
                            "goodput (0: none)", "s")
     tpot_slo_s: Any = knob(0.0, "seconds0", "TPOT objective a request must meet to count in "
                            "goodput (0: none)", "s")
+    # Disaggregated serving (docs/serving.md#disaggregated-serving): a pool of prefill
+    # workers and a pool of decode workers, each with its own layout and device; a pool
+    # key at 0 (or a pool device not given) takes the deployment's own
+    serving: Any = knob("agg", "serving", "aggregated or disaggregated (prefill and decode "
+                        "pools) serving")
+    prefill_workers: Any = knob(1, "int", "prefill workers (disagg)", "workers")
+    prefill_tp: Any = knob(0, "int0", "tensor-parallel degree of a prefill worker (0: tp)",
+                           "devices")
+    prefill_pp: Any = knob(0, "int0", "pipeline stages of a prefill worker (0: pp)", "devices")
+    prefill_dp: Any = knob(0, "int0", "attention data-parallel ranks of a prefill worker "
+                           "(0: 1)", "replicas")
+    prefill_ep: Any = knob(0, "int0", "expert-parallel degree of a prefill worker (0: ep)",
+                           "devices")
+    prefill_moe_tp: Any = knob(0, "int0", "expert tensor-parallel degree of a prefill worker; "
+                               "tp x dp = moe_tp x ep (0: derived)", "devices")
+    prefill_batch: Any = knob(0, "int0", "running-batch cap per attention-DP rank of a "
+                              "prefill worker (0: max_num_seqs)", "sequences")
+    prefill_hardware: Any = knob(None, "hardware", "device of the prefill pool (default: "
+                                 "hardware)")
+    decode_workers: Any = knob(1, "int", "decode workers (disagg)", "workers")
+    decode_tp: Any = knob(0, "int0", "tensor-parallel degree of a decode worker (0: tp)",
+                          "devices")
+    decode_pp: Any = knob(0, "int0", "pipeline stages of a decode worker (0: pp)", "devices")
+    decode_dp: Any = knob(0, "int0", "attention data-parallel ranks of a decode worker "
+                          "(0: 1)", "replicas")
+    decode_ep: Any = knob(0, "int0", "expert-parallel degree of a decode worker (0: ep)",
+                          "devices")
+    decode_moe_tp: Any = knob(0, "int0", "expert tensor-parallel degree of a decode worker; "
+                              "tp x dp = moe_tp x ep (0: derived)", "devices")
+    decode_batch: Any = knob(0, "int0", "running-batch cap per attention-DP rank of a decode "
+                             "worker (0: max_num_seqs)", "sequences")
+    decode_hardware: Any = knob(None, "hardware", "device of the decode pool (default: "
+                                "hardware)")
+    kv_transfer_overlap: Any = knob(0.0, "unit", "share of a request's prefill time its KV "
+                                    "transfer hides behind (layer-wise streaming; 0: the "
+                                    "transfer starts when the prefill ends)")
     draft_model: Any = knob(None, "model", "speculative-decoding draft model")
     draft_len: Any = knob(0, "int0", "tokens the draft proposes per step (0: no speculation)",
                           "tokens")

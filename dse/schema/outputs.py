@@ -17,7 +17,7 @@ from ..formulas.training import COMM_KINDS
 class Output(NamedTuple):
     units: str
     long_name: str
-    kind: str = "float"  # float | bool | flags | codes
+    kind: str = "float"  # float | bool | flags | codes | pool
     optional: bool = False  # computed only when listed in [output] variables
     dims: tuple[str, ...] = ()  # leading dims beyond the study's axes
     feature: str = ""  # present only when the study uses this feature
@@ -98,6 +98,19 @@ INFERENCE = Registry({
     "utilization": less("1", "request rate over the deployment's capacity", feature="load"),
     "capacity_req_s": more("requests/s", "largest request rate the deployment sustains",
                            feature="load"),
+    # disaggregated serving (feature "disagg": serving = "disagg"; nan at "agg" points)
+    "kv_transfer_s": less("s", "KV-cache transfer of one request's prompt, prefill to "
+                          "decode worker", feature="disagg"),
+    "prefill_capacity_req_s": more("requests/s", "largest request rate the prefill pool "
+                                   "sustains", feature="disagg"),
+    "decode_capacity_req_s": more("requests/s", "largest request rate the decode pool "
+                                  "sustains", feature="disagg"),
+    "bottleneck": Output("1", "the pool that sets the capacity (0: prefill, 1: decode)", "pool",
+                         feature="disagg"),
+    "prefill_utilization": less("1", "request rate over the prefill pool's capacity",
+                                feature="disagg"),
+    "decode_utilization": less("1", "request rate over the decode pool's capacity",
+                               feature="disagg"),
     "serving_throughput_tok_s": more(
         "tokens/s", "continuous-batching output tokens per second at max_batch", optional=True),
     "component_s": less("s", "time per component and phase", dims=BREAKDOWN_DIMS,

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import checks
 from ..errors import InputError, suggest
-from ..schema.knobs import KINDS, OPTIMIZERS, PP_SCHEDULES, RECOMPUTE
+from ..schema.knobs import KINDS, OPTIMIZERS, PP_SCHEDULES, RECOMPUTE, SERVING
 
 _RANGE_KEYS = ("start", "stop", "step", "num", "log", "factor")
 _MAX_RANGE = 10_000_000
@@ -43,8 +43,8 @@ def check_scalar(value: Any, kind: str, file, key: str) -> Any:
             raise InputError(file, key, f"unknown use case {value!r}" + suggest(value, USECASES),
                              ", ".join(USECASES))
         return value
-    if kind in ("recompute", "pp_schedule"):
-        choices = RECOMPUTE if kind == "recompute" else PP_SCHEDULES
+    if kind in ("recompute", "pp_schedule", "serving"):
+        choices = {"recompute": RECOMPUTE, "pp_schedule": PP_SCHEDULES, "serving": SERVING}[kind]
         if value not in choices:
             raise InputError(file, key, f"value {value!r} is not valid"
                              + suggest(str(value), choices), allowed)
@@ -151,7 +151,7 @@ def parse_axis(raw: Any, kind: str, file, key: str) -> tuple[bool, list]:
     """(is_axis, values): a list or range is an axis; a scalar is a fixed value."""
     if isinstance(raw, dict):
         if kind in ("model", "hardware", "flag", "usecase", "recompute", "pp_schedule",
-                    "optimizer", "framework"):
+                    "optimizer", "framework", "serving"):
             raise InputError(file, key, "ranges apply to numeric keys only", KINDS[kind])
         values = expand_range(raw, kind, file, key)
         return True, [check_scalar(v, kind, file, key) for v in values]

@@ -29,6 +29,7 @@ from .search import SearchConfig, parse_search
 from .sensitivity import SensitivityConfig, parse_sensitivity
 
 SECTIONS = ("study", "axes", "output", "search", "sensitivity", "pipeline")
+POOL_HARDWARE = ("prefill_hardware", "decode_hardware")
 STUDY_KEYS = ("name", "mode", "description", "dtype", "calibration", "framework")
 DTYPES = ("float32", "float64")
 
@@ -132,6 +133,10 @@ class Study:
                 out.add("speculative")
             if self.under_load:
                 out.add("load")
+            if "disagg" in self.values("serving") or any(  # (or derived from such a study)
+                    self.values(k) != (knobs.fields(self.point_type)[k].default,)
+                    for k in POOL_KEYS):
+                out.add("disagg")
         if self.mode == "training" and (  # uneven pipeline stages or a schedule not 1F1B
                 any(v != "1f1b" for v in self.values("pp_schedule"))
                 or any(v > 0 for k in ("first_stage_layers", "last_stage_layers")
@@ -172,7 +177,7 @@ class Study:
         raw = dict(sections.get("axes", {}))
         raw.update(overrides)
         return parse_study_dict(dict(sections, axes=raw), self.text, self.file,
-                                base_dir=Path(self.file).parent)
+                                base_dir=Path(self.file).parent, derived=True)
 
     def sensitivity_config(self) -> SensitivityConfig:
         """The ``[sensitivity]`` section, or its defaults for this study."""
@@ -203,7 +208,8 @@ def parse_study(text: str, file: str = "<study>", base_dir: Path | None = None) 
     return parse_study_dict(raw, text, file, base_dir)
 
 
-def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = None) -> Study:
+def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = None,
+                     derived: bool = False) -> Study:
     checks.known_keys({f"[{k}]": None for k in raw}, [f"[{s}]" for s in SECTIONS], file,
                       what="section")
     head = checks.table(raw.get("study", {}), file, "study", "a [study] section")
@@ -261,8 +267,10 @@ def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = No
     model_cards = resolve("model", load_model)
     hardware_cards = resolve("hardware", load_hardware) if "hardware" in fields else {}
     draft_cards = resolve("draft_model", load_model) if "draft_model" in fields else {}
-    labels = {"model": model_cards, "hardware": hardware_cards, "draft_model": draft_cards}
-    for key, cards in labels.items():
+    pool_cards = {key: resolve(key, load_hardware) for key in POOL_HARDWARE if key in fields}
+    labels = {"model": model_cards, "hardware": hardware_cards, "draft_model": draft_cards,
+              **pool_cards}
+    for key, cards in list(labels.items())[:3]:
         names = [c.name for c in cards.values()]
         if len(set(names)) != len(names):
             raise InputError(file, f"axes.{key}", "two entries resolve to the same name",
@@ -280,7 +288,12 @@ def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = No
     table = {c.name: c for c in list(model_cards.values()) + list(draft_cards.values())}
 
     pipeline = None
-    hardware = tuple(hardware_cards.values())
+    # the hardware table: the deployments' devices, then the pools' others
+    table_hw = {c.name: c for c in hardware_cards.values()}
+    for cards in pool_cards.values():
+        for c in cards.values():
+            table_hw.setdefault(c.name, c)
+    hardware = tuple(table_hw.values())
     if mode == "pipeline":
         pipeline = parse_pipeline(raw["pipeline"], file, base_dir,
                                   {c.name: c.fields["n_layers"] for c in model_cards.values()})
@@ -304,7 +317,7 @@ def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = No
                   sections=dict(raw), pipeline=pipeline, calibration=calibration,
                   framework=framework, search=search, sensitivity=sensitivity)
     _check_contradictions(study)
-    return _check_load(study, axes_raw)
+    return _check_load(_check_disagg(study, axes_raw, derived), axes_raw)
 
 
 # What a study runs under when it names no calibration: the shipped fit of every public
@@ -386,6 +399,64 @@ def _check_contradictions(study: Study) -> None:
                 raise InputError(file, "axes.ep", f"ep = {_show(eps)} cannot split the "
                                  f"{experts} experts of {card.name}",
                                  "1, or a divisor of the MoE model's experts")
+
+
+POOLS = ("prefill", "decode")
+POOL_KEYS = tuple(f"{pool}_{k}" for pool in POOLS for k in (
+    "workers", "tp", "pp", "dp", "ep", "moe_tp", "batch", "hardware")) + ("kv_transfer_overlap",)
+
+
+def _check_disagg(study: Study, axes_raw: dict, derived: bool = False) -> Study:
+    """Disaggregated-serving keys that contradict the study; returns the study
+    (``variables = "all"`` keeps only what it has). A study derived from a checked one
+    (some of its points, e.g. a batch of search trials all aggregated) is not checked."""
+    if study.mode != "inference" or derived:
+        return study
+    file = study.file
+    only = {n for n, o in OUTPUTS["inference"].items() if o.feature == "disagg"}
+    if "disagg" not in study.values("serving"):
+        for key in POOL_KEYS:
+            if key in axes_raw:
+                raise InputError(file, f"axes.{key}", "applies to disaggregated serving, and "
+                                 "the study has none", 'axes.serving = "disagg" (or a list '
+                                 'with it), or no prefill_/decode_ keys')
+        wanted = [("output.variables", n) for n in (study.output.variables or ())
+                  if study.sections.get("output", {}).get("variables") != "all"]
+        if study.search is not None:
+            wanted += [("search.objective", n) for n in study.search.objectives]
+            wanted += [("search.constraints", c.variable) for c in study.search.constraints]
+        for key, name in wanted:
+            if name in only:
+                raise InputError(file, key, f"{name!r} describes disaggregated serving, and "
+                                 "the study has none", 'axes.serving = "disagg"')
+        if study.output.variables and study.sections.get("output", {}).get(
+                "variables") == "all":
+            kept = tuple(v for v in study.output.variables if v not in only)
+            return dataclasses.replace(study, output=dataclasses.replace(study.output,
+                                                                         variables=kept))
+        return study
+    if any(v > 0 for v in study.values("concurrency")):
+        raise InputError(file, "axes.concurrency", "disaggregated serving is modelled under "
+                         "open-loop arrivals only", "axes.request_rate > 0 with serving = "
+                         '"disagg" (no concurrency)')
+    if any(v <= 0 for v in study.values("request_rate")):
+        raise InputError(file, "axes.serving", '"disagg" needs a request load at every point',
+                         "axes.request_rate > 0 (requests/s to the deployment)")
+    if study.output.breakdown:
+        raise InputError(file, "output.breakdown", "is not drawn for disaggregated serving",
+                         'breakdown = false, or serving = "agg"')
+    for pool in POOLS:
+        layout = {k: study.values(f"{pool}_{k}") for k in ("tp", "dp", "ep", "moe_tp")}
+        if all(len(v) == 1 for v in layout.values()):
+            tp, dp, ep, moe_tp = (layout[k][0] for k in ("tp", "dp", "ep", "moe_tp"))
+            tp = tp or (study.values("tp")[0] if len(study.values("tp")) == 1 else 0)
+            ep = ep or (study.values("ep")[0] if len(study.values("ep")) == 1 else 0)
+            dp = dp or 1
+            if moe_tp and tp and ep and moe_tp * ep != tp * dp:
+                raise InputError(file, f"axes.{pool}_moe_tp", f"{moe_tp} x {pool}_ep {ep} is "
+                                 f"not {pool}_tp {tp} x {pool}_dp {dp}", "devices per worker "
+                                 "= tp x dp = moe_tp x ep (moe_tp 0: derived)")
+    return study
 
 
 def _check_load(study: Study, axes_raw: dict) -> Study:

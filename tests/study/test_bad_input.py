@@ -115,6 +115,29 @@ CASES = {
                                          'constraints = ["ttft_p99_s <= 2"]\n',
                                          "search.constraints"),
     "slo_without_load": (GOOD.replace("batch = [1, 8]", "ttft_slo_s = 0.5"), "axes.ttft_slo_s"),
+    # disaggregated serving
+    "disagg_keys_with_agg": (GOOD.replace("batch = [1, 8]", 'request_rate = 2\n'
+                                          'serving = "agg"\nprefill_workers = [1, 2]'),
+                             "axes.prefill_workers"),
+    "disagg_keys_without_serving": (GOOD.replace("batch = [1, 8]", "request_rate = 2\n"
+                                                 "decode_tp = 2"), "axes.decode_tp"),
+    "unknown_serving": (GOOD.replace("batch = [1, 8]", 'request_rate = 2\nserving = "split"'),
+                        "axes.serving"),
+    "zero_workers": (GOOD.replace("batch = [1, 8]", 'request_rate = 2\nserving = "disagg"\n'
+                                  "decode_workers = 0"), "axes.decode_workers"),
+    "pool_layout_contradicts": (GOOD.replace("batch = [1, 8]", 'request_rate = 2\n'
+                                             'serving = "disagg"\ndecode_tp = 2\ndecode_dp = 2\n'
+                                             "decode_ep = 2\ndecode_moe_tp = 4"),
+                                "axes.decode_moe_tp"),
+    "disagg_without_load": (GOOD.replace("batch = [1, 8]", 'serving = "disagg"'),
+                            "axes.serving"),
+    "disagg_closed_loop": (GOOD.replace("batch = [1, 8]", 'serving = "disagg"\n'
+                                        "concurrency = 8"), "axes.concurrency"),
+    "disagg_output_of_nothing": (GOOD.replace("batch = [1, 8]", "request_rate = 2").replace(
+        "path =", 'variables = ["kv_transfer_s"]\npath ='), "output.variables"),
+    "unknown_pool_hardware": (GOOD.replace("batch = [1, 8]", 'request_rate = 2\n'
+                                           'serving = "disagg"\nprefill_hardware = "h900"'),
+                              "axes.prefill_hardware"),
 }
 
 

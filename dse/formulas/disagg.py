@@ -1,0 +1,114 @@
+"""Disaggregated serving (xPyD): a prefill pool and a decode pool joined by a KV transfer.
+
+Each pool is a deployment of its own, served under its share of the load by the
+serving-under-load model (:mod:`dse.formulas.serving`): ``prefill_workers`` workers
+each take request_rate / prefill_workers and run the prompt and the first token
+(output length 1); ``decode_workers`` workers each take request_rate / decode_workers
+and run the other output_len - 1 tokens, the prompt's cache arriving by transfer (the
+decode worker computes only the prompt's last token, as a 1-token chunk). A worker is
+tp x pp x dp devices; its dp attention-data-parallel ranks split its load and share
+its experts (ep over tp x dp devices, moe_tp = tp x dp / ep), as the serving layouts of
+TensorRT-LLM and SGLang state them.
+
+Joined (DistServe, Zhong et al. OSDI 2024, section 3; Mooncake, Qin et al. FAST 2025):
+
+- KV transfer of one request: the prompt's cache over the whole model (quantized KV at
+  kv_bits; MLA's latents), sent by the prefill worker's tp x pp devices that hold it to
+  the decode worker's, min(tp pp) of each side in parallel, over the scale-up links when
+  both pools share one domain (the same device and at most devices_per_node of them in
+  all) and otherwise over the scale-out NICs (inter_bw per device):
+  ``kv_transfer_s = bytes / (streams x bandwidth x link efficiency) + latency``.
+  Layer-wise streaming hides it behind the prefill: with ``kv_transfer_overlap`` = o
+  the exposed part is max(t - o x prefill, t (1 - o (1 - 1/L))) (o = 1: what the
+  transfer takes beyond the prefill, at least its last layer's share).
+- Rate matching: each pool's capacity (requests/s) is workers x one worker's capacity;
+  the deployment's is the smaller, ``bottleneck`` names the pool; past it the point is
+  ``overloaded``.
+- TTFT = the prefill pool's (its queue and prefill) + the exposed transfer + the decode
+  pool's wait for a slot; TPOT is the decode pool's at its running batch; E2E = TTFT +
+  the decode pool's time for the rest. Percentiles add the prefill pool's TTFT
+  percentile to the decode pool's (comonotone: an upper bound on the sum's percentile).
+- Goodput: requests/s x P(TTFT <= ttft_slo_s) x P(TPOT <= tpot_slo_s), each probability
+  read from the P50/P90/P99 (lognormal between them in log time).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax.scipy.special import ndtr
+
+# the standard normal quantiles of P50, P90, P99
+_Z = (0.0, 1.2815515655446004, 2.3263478740408408)
+
+AGG, DISAGG = 0.0, 1.0
+PREFILL, DECODE = 0, 1  # codes of ``bottleneck``
+
+
+def transfer_s(kv_bytes, streams, bandwidth, latency, link_efficiency):
+    """Seconds to send one request's prompt cache (``kv_bytes``) over ``streams``
+    links in parallel."""
+    return kv_bytes / (streams * bandwidth * link_efficiency) + latency
+
+
+def exposed_transfer_s(transfer, prefill, overlap, n_layers):
+    """The part of the transfer the request waits for after its prefill."""
+    hidden = overlap * prefill
+    return jnp.maximum(transfer - hidden, transfer * (1.0 - overlap * (1.0 - 1.0 / n_layers)))
+
+
+def share_within(limit, p50, p90, p99):
+    """P(X <= limit) for X with these percentiles: piecewise lognormal (linear in log x
+    against the normal quantile between the given points, the end segments extended);
+    limit 0 (no objective): 1."""
+    lx = jnp.log(jnp.maximum(limit, 1e-30))
+    l50, l90, l99 = (jnp.log(jnp.maximum(v, 1e-30)) for v in (p50, p90, p99))
+
+    def seg(a, b, za, zb):
+        return za + (lx - a) * (zb - za) / jnp.maximum(b - a, 1e-12)
+
+    z = jnp.where(lx <= l90, seg(l50, l90, _Z[0], _Z[1]), seg(l90, l99, _Z[1], _Z[2]))
+    return jnp.where(limit > 0.0, ndtr(z), 1.0)
+
+
+def combine(rate, out_len, prefill: dict, decode: dict, workers_p, workers_d, transfer,
+            overlap, n_layers, usd_per_s, watts, ttft_slo, tpot_slo) -> dict:
+    """The deployment's outputs from one prefill worker's and one decode worker's under
+    their shares of ``rate`` (dicts of the load model's outputs)."""
+    cap_p = workers_p * prefill["capacity_req_s"]
+    cap_d = workers_d * decode["capacity_req_s"]
+    capacity = jnp.minimum(cap_p, cap_d)
+    over = rate >= capacity
+    nan = jnp.nan
+
+    def latency(v):
+        return jnp.where(over, nan, v)
+
+    pre_time = jnp.maximum(prefill["ttft_s"] - prefill["queue_s"], 0.0)
+    exposed = exposed_transfer_s(transfer, pre_time, overlap, n_layers)
+    wait = decode["queue_s"]
+    ttft = prefill["ttft_s"] + exposed + wait
+    rest = jnp.maximum(decode["e2e_s"] - wait, 0.0)
+    out = dict(ttft_s=ttft, tpot_s=decode["tpot_s"], e2e_s=ttft + rest,
+               queue_s=prefill["queue_s"] + wait)
+    for q in ("p50", "p90", "p99"):
+        out[f"ttft_{q}_s"] = prefill[f"ttft_{q}_s"] + exposed + wait
+        out[f"tpot_{q}_s"] = decode[f"tpot_{q}_s"]
+        out[f"e2e_{q}_s"] = prefill[f"ttft_{q}_s"] + exposed + decode[f"e2e_{q}_s"]
+    out = {k: latency(v) for k, v in out.items()}
+    requests = jnp.minimum(rate, capacity)
+    tokens = requests * out_len
+    good = requests * share_within(ttft_slo, out["ttft_p50_s"], out["ttft_p90_s"],
+                                   out["ttft_p99_s"]) * share_within(
+        tpot_slo, out["tpot_p50_s"], out["tpot_p90_s"], out["tpot_p99_s"])
+    good = jnp.where(over, 0.0, good)
+    out.update(
+        kv_transfer_s=transfer + 0.0 * rate, prefill_capacity_req_s=cap_p,
+        decode_capacity_req_s=cap_d, capacity_req_s=capacity,
+        bottleneck=jnp.where(cap_p <= cap_d, float(PREFILL), float(DECODE)),
+        prefill_utilization=rate / cap_p, decode_utilization=rate / cap_d,
+        utilization=rate / capacity, overloaded=over,
+        request_throughput_req_s=requests, throughput_tok_s=tokens,
+        tokens_per_s_per_user=latency(1.0 / decode["tpot_s"]),
+        cost_per_mtok=usd_per_s / tokens * 1e6, energy_per_tok_j=watts / tokens,
+        goodput_req_s=good, goodput_req_per_usd=good / usd_per_s)
+    return out
