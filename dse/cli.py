@@ -75,7 +75,14 @@ def _cmd_search(args) -> int:
     from .study.study import load_study
 
     study = load_study(args.study)
-    if args.output:
+    deploy = None
+    if args.emit:  # -o names the directory of the launch files; the trials go inside it
+        if args.top < 1:
+            raise InputError("--top", None, f"value {args.top} is not valid", "an integer >= 1")
+        deploy = check_writable(args.output or default_output(study).with_suffix(""), "-o",
+                                None, directory=True)
+        out = check_writable(deploy / "search.nc", "-o", None, (".nc",))
+    elif args.output:
         out = check_writable(args.output, "-o", None, (".nc",))
     else:
         out = check_writable(default_output(study), study.file, "output.path", (".nc",))
@@ -94,6 +101,11 @@ def _cmd_search(args) -> int:
         if trials is not None:
             trials.close()
     paths = write_files(result, out)
+    if deploy is not None and result.best:
+        from .search.emit import emit
+
+        launch = emit(result, args.emit, deploy, args.top)
+        paths["deploy"] = f"{len(launch)} {args.emit} files under {deploy}"
     if args.json:
         print(json.dumps(result.to_json(), indent=1, default=str))
     else:
@@ -309,6 +321,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "figure go beside it (default: NAME-search.nc beside [output] path, or "
                    "results/NAME-search.nc)")
     p.add_argument("-n", "--n-trials", type=int, help="trials to add (default: [search] n_trials)")
+    p.add_argument("--emit", choices=("vllm", "sglang", "trtllm", "dynamo"),
+                   help="write the launch commands and config files of the best "
+                   "configurations for this engine; -o is then their directory (rank-1/, "
+                   "...; the trials go in it as search.nc)")
+    p.add_argument("--top", type=int, default=3, help="configurations --emit writes (default 3)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="a progress bar once the work runs over a second (default: when "

@@ -119,6 +119,25 @@ def best_trials(opt: optuna.Study, cfg: SearchConfig) -> list[optuna.trial.Froze
     return list(unique.values())
 
 
+def ranked(result: SearchResult, top: int) -> list[dict]:
+    """The ``top`` best feasible configurations, described: the best (or the Pareto
+    front), then, for one objective, the next distinct feasible trials in its order."""
+    best = list(result.best)
+    if len(best) >= top or result.config.multi:
+        return best[:top]
+    seen = {tuple(sorted(b["axes"].items())) for b in best}
+    feasible = [t for t in completed(result.optuna_study) if _feasible(t)]
+    feasible.sort(key=lambda t: float(_as_min([t.values], result.config.directions)[0, 0]))
+    for t in feasible:
+        key = tuple(sorted(_params(t).items()))
+        if key not in seen:
+            seen.add(key)
+            best.append(describe(result.study, t, result.config))
+            if len(best) == top:
+                break
+    return best
+
+
 def describe(study: Study, trial: optuna.trial.FrozenTrial, cfg: SearchConfig) -> dict:
     """A best trial with every output of its configuration (re-evaluated exactly)."""
     axes = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in _params(trial).items()}
