@@ -21,7 +21,7 @@ from ..catalogue.lookup import load_hardware
 from ..catalogue.model import model_features, stack as stack_models
 from ..core.evaluator import Evaluator
 from ..core.tables import with_framework
-from ..schema.knobs import (OPTIMIZERS, PP_SCHEDULES, RECOMPUTE, InferencePoint,
+from ..schema.knobs import (OPTIMIZERS, PP_SCHEDULES, RECOMPUTE, SERVING, InferencePoint,
                             TrainingPoint)
 from .rows import Case
 
@@ -64,6 +64,8 @@ def _leaf(name: str, values: list, default) -> np.ndarray:
             v = PP_SCHEDULES.index(v)
         elif name == "optimizer" and isinstance(v, str):
             v = OPTIMIZERS[v]
+        elif name == "serving" and isinstance(v, str):
+            v = SERVING.index(v)
         elif v is None:
             v = 0.0
         out.append(float(v))
@@ -81,6 +83,8 @@ def _point(point_type, cases: list[Case], model_index: dict[str, int]):
             leaves[f.name] = np.full(len(cases), -1, np.int32)
         elif f.name == "framework":  # one hardware entry per row: no framework blocks
             leaves[f.name] = np.zeros(len(cases), np.int32)
+        elif f.name in ("prefill_hardware", "decode_hardware"):  # the row's own device
+            leaves[f.name] = np.full(len(cases), -1, np.int32)
         else:
             leaves[f.name] = _leaf(f.name, [c.knobs.get(f.name) for c in cases], f.default)
     return point_type(**leaves)
