@@ -64,7 +64,7 @@ def plan(study, rate: float, constraints=None) -> Plan:
     from ..core.evaluator import Evaluator
     from ..schema.outputs import OUTPUTS
     from ..study.constraints import feasible, parse_constraints, variables
-    from ..study.study import Study, load_study
+    from ..study.study import POOL_KEYS, Study, load_study
 
     if not isinstance(study, Study):
         study = load_study(study)
@@ -115,20 +115,27 @@ def plan(study, rate: float, constraints=None) -> Plan:
     # the operating point: the rate spread over the replicas (<= the rate at the objectives)
     at = run(np.where(serves, rate / np.where(serves, replicas, 1.0), 1e-6))
     devices = replicas * probe["n_devices"]
-    prices = {c.name: float(c.spec().price_usd_per_s) * 3600.0 for c in study.hardware}
-    hourly = np.asarray([prices.get(h, np.nan) for h in columns["hardware"]]) if (
-        "hardware" in columns) else np.full(n, prices.get(study.fixed.get("hardware"), np.nan))
+    # a replica's price per hour at its operating point: every device of it, each pool's
+    # at its own price (nan without one)
+    hourly = at["cost_per_mtok"] * at["throughput_tok_s"] / 1e6 * 3600.0
     table = pd.DataFrame({k: v for k, v in columns.items() if len(set(v)) > 1
                           and k != "request_rate"})
     table["rate_per_replica_req_s"] = rate / replicas
     table["max_rate_per_replica_req_s"] = best
     table["replicas"] = replicas
     table["devices"] = devices
-    table["usd_per_hour"] = devices * hourly
+    table["usd_per_hour"] = replicas * hourly
     for k in SHOWN:
         table[k] = at[k]
     keep = serves & at["valid"] & feasible(at, parsed)
-    table = table[keep].sort_values(["usd_per_hour", "devices"], na_position="last")
+    table = table[keep]
+    if "serving" in table:  # an aggregated deployment is the same whatever its pool keys
+        pools = [k for k in POOL_KEYS if k in table]
+        agg = table["serving"] == "agg"
+        table = table.astype({k: object for k in pools})
+        table.loc[agg, pools] = None
+        table = table[~(agg & table.duplicated(subset=[c for c in table.columns]))]
+    table = table.sort_values(["usd_per_hour", "devices"], na_position="last")
     table["replicas"] = table["replicas"].astype(int)
     table["devices"] = table["devices"].astype(int)
     return Plan(rate, tuple(str(c) for c in parsed), table.reset_index(drop=True), n, study)
