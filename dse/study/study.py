@@ -401,6 +401,17 @@ def _check_contradictions(study: Study) -> None:
                                  "1, or a divisor of the MoE model's experts")
 
 
+def _requested(study: Study) -> list[tuple[str, str]]:
+    """(study key, output) of every output the study names: the variables it lists (not
+    ``"all"``), its search's objectives and constrained variables."""
+    wanted = [("output.variables", n) for n in (study.output.variables or ())
+              if study.sections.get("output", {}).get("variables") != "all"]
+    if study.search is not None:
+        wanted += [("search.objective", n) for n in study.search.objectives]
+        wanted += [("search.constraints", c.variable) for c in study.search.constraints]
+    return wanted
+
+
 POOLS = ("prefill", "decode")
 POOL_KEYS = tuple(f"{pool}_{k}" for pool in POOLS for k in (
     "workers", "tp", "pp", "dp", "ep", "moe_tp", "batch", "hardware")) + ("kv_transfer_overlap",)
@@ -420,12 +431,7 @@ def _check_disagg(study: Study, axes_raw: dict, derived: bool = False) -> Study:
                 raise InputError(file, f"axes.{key}", "applies to disaggregated serving, and "
                                  "the study has none", 'axes.serving = "disagg" (or a list '
                                  'with it), or no prefill_/decode_ keys')
-        wanted = [("output.variables", n) for n in (study.output.variables or ())
-                  if study.sections.get("output", {}).get("variables") != "all"]
-        if study.search is not None:
-            wanted += [("search.objective", n) for n in study.search.objectives]
-            wanted += [("search.constraints", c.variable) for c in study.search.constraints]
-        for key, name in wanted:
+        for key, name in _requested(study):
             if name in only:
                 raise InputError(file, key, f"{name!r} describes disaggregated serving, and "
                                  "the study has none", 'axes.serving = "disagg"')
@@ -484,13 +490,7 @@ def _check_load(study: Study, axes_raw: dict) -> Study:
                              "load is not modelled", "draft_len = 0 with concurrency or "
                              "request_rate, or a static batch (no load keys)")
         return study
-    wanted = [("output.variables", n) for n in (study.output.variables or ())
-              if study.output.variables and study.sections.get("output", {}).get(
-                  "variables") != "all"]
-    if study.search is not None:
-        wanted += [("search.objective", n) for n in study.search.objectives]
-        wanted += [("search.constraints", c.variable) for c in study.search.constraints]
-    for key, name in wanted:
+    for key, name in _requested(study):
         if name in load_only:
             raise InputError(file, key, f"{name!r} describes serving under a request load, "
                              "and the study has none", "axes.concurrency or "
