@@ -133,13 +133,18 @@ def inference_reasons(m: ModelSpec, p: InferencePoint, fits, draft: ModelSpec | 
     ])
 
 
+def _precision(p: InferencePoint) -> Precision:
+    """Stored bits of weights and KV (with their quantization scales), activation bits."""
+    return Precision(stored_bits(p.weight_bits, p.quant_group_size),
+                     stored_bits(p.kv_bits, p.quant_group_size), p.act_bits)
+
+
 def _inference_inputs(p: InferencePoint, models: ModelSpec, hardware: HardwareSpec):
     """(point with dp derived, model, device, precision, rates, usable memory)."""
     m = take(models, p.model)
     hw = take(hardware, p.hardware + p.framework)  # the framework's block of devices
     p = dataclasses.replace(p, dp=_replicas(p.num_devices, p.tp * p.pp, p.dp))
-    precision = Precision(stored_bits(p.weight_bits, p.quant_group_size),
-                          stored_bits(p.kv_bits, p.quant_group_size), p.act_bits)
+    precision = _precision(p)
     rates = achieved_rates(hw, p, p.weight_bits, p.kv_bits, p.act_bits)
     capacity = hw.memory_bytes * p.memory_scale * (1.0 - p.memory_reserve)
     return p, m, hw, precision, rates, capacity
@@ -227,9 +232,7 @@ def _evaluate_disagg(p: InferencePoint, models: ModelSpec, hardware: HardwareSpe
     hw_d = take(hardware, p3.hardware[2] + p.framework)
     devices_p, devices_d = tp_p * pp_p * dp_p, tp_d * pp_d * dp_d
     n_devices = p.prefill_workers * devices_p + p.decode_workers * devices_d
-    precision = Precision(stored_bits(p.weight_bits, p.quant_group_size),
-                          stored_bits(p.kv_bits, p.quant_group_size), p.act_bits)
-    kv_bytes = memory.kv_cache_bytes(m, params.shard(m, 1.0), precision, 1.0, 1.0, p.input_len,
+    kv_bytes = memory.kv_cache_bytes(m, params.shard(m, 1.0), _precision(p), 1.0, 1.0, p.input_len,
                                      "mla" in features)
     same = (p3.hardware[1] == p3.hardware[2]) & (n_devices <= hw_p.devices_per_node)
     bandwidth = jnp.where(same, jnp.minimum(hw_p.intra_bw_bytes_per_s, hw_d.intra_bw_bytes_per_s),
@@ -263,17 +266,14 @@ def _evaluate_disagg(p: InferencePoint, models: ModelSpec, hardware: HardwareSpe
                                           jnp.uint16(REASON_BITS["ep_indivisible"]))
     joined["valid"] = joined["reason"] == 0
     is_disagg = p.serving == disagg.DISAGG
-    nan = jnp.nan
-    agg.update(kv_transfer_s=nan * agg["ttft_s"], prefill_capacity_req_s=nan * agg["ttft_s"],
-               decode_capacity_req_s=nan * agg["ttft_s"], bottleneck=nan * agg["ttft_s"],
-               prefill_utilization=nan * agg["ttft_s"], decode_utilization=nan * agg["ttft_s"])
-    out = {}
-    for k in agg:  # per-device outputs of a disaggregated point: its decode worker's
-        out[k] = jnp.where(is_disagg, joined.get(k, dec.get(k, agg[k])), agg[k])
-    return out
+    for k in DISAGG_ONLY:  # nan at aggregated points
+        agg[k] = jnp.nan * agg["ttft_s"]
+    # per-device outputs of a disaggregated point: its decode worker's
+    return {k: jnp.where(is_disagg, joined.get(k, dec.get(k)), v) for k, v in agg.items()}
 
 
-# What a disaggregated point needs of its pools
+# The outputs of disaggregated points only, and what such a point needs of its pools
+DISAGG_ONLY = tuple(k for k, o in OUTPUTS["inference"].items() if o.feature == "disagg")
 DISAGG_NEEDS = ("ttft_s", "tpot_s", "e2e_s", "queue_s", "ttft_p50_s", "ttft_p90_s",
                 "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "e2e_p50_s",
                 "e2e_p90_s", "e2e_p99_s", "capacity_req_s", "energy_per_tok_j",

@@ -124,3 +124,14 @@ def report(label: str, err: dict) -> str:
         lines.append(f"  {k:11s} median |error| {np.median(np.abs(v)):.3f}, within "
                      f"{int(tol * 100)}%: {np.mean(np.abs(v) <= tol):.0%}")
     return "\n".join(lines)
+
+
+def check(label: str, err: dict, median: tuple[float, float], share: tuple[float, float]):
+    """Print the comparison and assert, for means and for tails, the median |error| at
+    most ``median`` and the share within tolerance (10% / 20%) at least ``share``."""
+    text = report(label, err)
+    print(text)
+    for k, v in err.items():
+        mean = k in MEANS
+        assert np.median(np.abs(v)) <= median[0 if mean else 1], text
+        assert np.mean(np.abs(v) <= (0.1 if mean else 0.2)) >= share[0 if mean else 1], text

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .load_points import MEANS, draw, errors, evaluate, report, simulated
+from .load_points import check, draw, errors, evaluate, simulated
 
 SEED, POINTS = 2026, 100
 
@@ -24,9 +24,4 @@ def test_closed_loop_against_the_oracle():
     assert len(index) >= 0.9 * POINTS  # the few that do not fit are left out
     oracle = [simulated(rows[i], replica, i, dict(concurrency=clients[i])) for i in index]
     err = errors(out, oracle, index)
-    text = report("closed loop", err)
-    print(text)
-    for k, v in err.items():
-        tol = 0.1 if k in MEANS else 0.2
-        assert np.median(np.abs(v)) <= (0.03 if k in MEANS else 0.12), text
-        assert np.mean(np.abs(v) <= tol) >= (0.8 if k in MEANS else 0.7), text
+    check("closed loop", err, median=(0.03, 0.12), share=(0.8, 0.7))
