@@ -268,7 +268,13 @@ def _solve(step, nodes: _Nodes, load: Load, closed, iterations: int) -> _State:
     # the bracket: no request is faster than its decode steps at batch 1; none slower
     # than its prompt and decode steps all at the longest step (every slot decoding, a
     # full budget of prompt), except past the prompt server's limit (below half of it)
-    x_hi = n_target / jnp.maximum(nodes.mean_decode * init_tau, 1e-30) + zero
+    # nor faster than the prompt server at its best (full budgets at batch 1; twice that
+    # for a margin): the bound that holds where nothing decodes (one output token), which
+    # a float32 search from n / 1e-30 would overflow
+    prompt_best = load.budget / jnp.maximum(nodes.mean_prompt * step(1.0, load.budget, 1.0),
+                                            1e-30)
+    x_hi = jnp.minimum(n_target / jnp.maximum(nodes.mean_decode * init_tau, 1e-30),
+                       2.0 * prompt_best) + zero
     longest = step(load.slots, load.budget, 1.0)
     slowest = (nodes.mean_decode + jnp.ceil(nodes.mean_prompt / load.budget) + 2.0) * longest
     prompt_limit = load.budget / jnp.maximum(nodes.mean_prompt * longest, 1e-30)

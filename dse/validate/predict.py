@@ -91,7 +91,8 @@ def _point(point_type, cases: list[Case], model_index: dict[str, int]):
 
 
 def _features(cases: list[Case]) -> frozenset:
-    return model_features(c.model for c in cases)
+    disagg = any(c.knobs.get("serving") == SERVING.index("disagg") for c in cases)
+    return model_features(c.model for c in cases) | ({"disagg"} if disagg else set())
 
 
 # The evaluator calls of a problem: (batch mode, evaluator mode, point type, kinds).
@@ -159,10 +160,22 @@ def row_parameters(theta, prob: Problem):
 
 _NAMES = {"inference": ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "n_devices", "reason"),
           "load": ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "n_devices", "reason",
-                   "request_throughput_req_s", *(f"{m}_p{q}_s" for m in ("ttft", "tpot", "e2e")
+                   "request_throughput_req_s", "capacity_req_s", *(f"{m}_p{q}_s" for m in ("ttft", "tpot", "e2e")
                                                  for q in (50, 90, 99))),
           "training": ("throughput_per_device_tok_s", "model_flops_per_step", "step_s",
                        "mfu", "n_devices", "reason")}
+
+
+def pool_value(metric: str, pool: str, workers, out: dict, point, i):
+    """A throughput of one pool of a disaggregated deployment measured at its own limit
+    (dse.validate.rows: ``pool`` rows): the worker's capacity in prompt tokens/s (prefill)
+    or output tokens/s (decode: its share of the output, the first token being the
+    prefill worker's), per GPU over the worker's devices, else times the workers."""
+    tokens = point.input_len[i] if pool == "prefill" else point.output_len[i]
+    if metric == "requests_per_s":
+        tokens = 1.0
+    per = out["n_devices"][i] if metric.endswith("_per_gpu") else 1.0 / workers
+    return out["capacity_req_s"][i] * tokens / per
 
 
 def metric_value(kind: str, metric: str, out: dict, point, i):
@@ -182,6 +195,8 @@ def metric_value(kind: str, metric: str, out: dict, point, i):
         if metric == "requests_per_s":
             return out["request_throughput_req_s"][i]
         per = out["n_devices"][i] if metric.endswith("_per_gpu") else 1.0
+        if metric.startswith("input_tokens"):
+            return out["request_throughput_req_s"][i] * point.input_len[i] / per
         return out["throughput_tok_s"][i] / per
     if metric == "ttft_ms":
         return out["ttft_s"][i] * 1e3
@@ -224,10 +239,19 @@ def predict_with_reasons(theta, prob: Problem, calibrated: bool = True):
         metric = jnp.zeros(len(b.rows), z.dtype)
         for kind in dict.fromkeys(b.kind):
             sel = np.flatnonzero(kinds == kind)
-            metrics = {prob.cases[b.rows[j]].metric for j in sel}
-            for m in metrics:
-                idx = np.asarray([j for j in sel if prob.cases[b.rows[j]].metric == m])
-                metric = metric.at[idx].set(metric_value(kind, m, out, b.point, idx))
+            def key(j):
+                c = prob.cases[b.rows[j]]
+                return c.metric, c.knobs.get("pool", "")
+
+            for m, pool in dict.fromkeys(key(j) for j in sel):
+                idx = np.asarray([j for j in sel if key(j) == (m, pool)])
+                if pool:
+                    workers = np.asarray([prob.cases[b.rows[j]].knobs["workers"] for j in idx],
+                                         np.float64)
+                    value = pool_value(m, pool, workers, out, b.point, idx)
+                else:
+                    value = metric_value(kind, m, out, b.point, idx)
+                metric = metric.at[idx].set(value)
         pred = pred.at[b.rows].set(metric)
         reason = reason.at[b.rows].set(out["reason"])
     return pred, reason

@@ -23,7 +23,16 @@ Metric definitions (../shared/data/README.md):
   ``request_rate`` (one of them), ``arrival_cv``, ``framework``, ``max_num_seqs`` (else
   ``batch``: the running-batch cap per attention-DP rank), ``max_num_tokens``,
   ``input_len_cv``, ``output_len_cv``, ``prefix_cache_hit``, and ``moe_tp`` (a wide-EP
-  layout: tp x dp = moe_tp x ep devices per worker).
+  layout: tp x dp = moe_tp x ep devices per worker). ``input_tokens_per_s`` counts prompt
+  tokens.
+- disaggregated ``serving_latency`` (``serving`` = ``disagg``, the pools' layouts in
+  ``prefill_workers``, ``prefill_tp``, ... ``decode_batch``): the whole deployment under
+  its open-loop ``request_rate`` (dse.formulas.disagg); or, with ``pool`` = ``prefill`` |
+  ``decode``, one pool measured at its own limit with the other assumed unlimited (how
+  SGLang's large-scale posts benchmark each phase): that pool's capacity, the prompt
+  tokens/s of a prefill pool (each request's prompt and first token) or the output
+  tokens/s of a decode pool (the rest, its cache transferred), per GPU over that pool's
+  devices.
 - ``train`` tokens_per_s_per_gpu: global batch x sequence length / step time / GPUs.
 """
 
@@ -48,6 +57,10 @@ KINDS = ("train", "infer_decode", "infer_prefill", "serving_throughput", "servin
 LOAD_COLUMNS = ("concurrency", "request_rate", "arrival_cv", "framework", "moe_tp",
                 "max_num_seqs", "max_num_tokens", "input_len_cv", "output_len_cv",
                 "prefix_cache_hit")
+# Columns a CSV may add for disaggregated serving_latency rows (dse.formulas.disagg).
+POOL_KEYS = ("workers", "tp", "pp", "dp", "ep", "moe_tp", "batch")
+DISAGG_COLUMNS = ("serving", "pool", *(f"{p}_{k}" for p in ("prefill", "decode")
+                                       for k in POOL_KEYS))
 # Kinds no calibration is fitted on: they are scored with the calibration of the static
 # kinds, so their calibrated predictions are held out by construction.
 UNFITTED = ("serving_latency",)
@@ -65,7 +78,8 @@ METRICS = {"train": ("tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
            "serving_latency": (*_LATENCY, *(f"{m}_p{q}" for m in ("ttft_ms", "tpot_ms", "e2e_ms")
                                             for q in (50, 90, 99)),
                                "output_tokens_per_s", "tokens_per_s", "tokens_per_s_per_gpu",
-                               "requests_per_s")}
+                               "requests_per_s", "input_tokens_per_s",
+                               "input_tokens_per_s_per_gpu")}
 # Metrics people publish that dse does not model, with why.
 _PER_TOKEN = ("per-token inter-token latency percentiles: dse gives TPOT percentiles across "
               "requests, not the distribution of the gaps between tokens")
@@ -73,7 +87,7 @@ UNMODELLED = {f"itl_ms_p{q}": _PER_TOKEN for q in (50, 90, 99)}
 # Why a row is not scored (``dse validate --rows``): "scored" rows are in the error
 # tables; the others are counted and listed.
 STATUSES = ("scored", "flagged", "does_not_fit", "infeasible", "under_load", "unknown_model",
-            "unknown_hardware", "unknown_metric", "bad_row")
+            "unknown_hardware", "unknown_metric", "unmodelled", "bad_row")
 # Micro-batch of a training row that does not state one: the framework's documented
 # default (Megatron-LM / NeMo / Megatron-Bridge recipes: --micro-batch-size 1).
 DEFAULT_MICRO_BATCH = {"megatron": 1}
@@ -423,6 +437,10 @@ def case(row: dict) -> Case | Skip:
             if kind == "infer_decode":
                 knobs.update(batch=_number(row, "batch", int, 1), input_len=max(inp, 1),
                              output_len=out)
+            elif kind == "serving_latency" and _serving(row) == "disagg":
+                said = _disagg_knobs(row, knobs, framework)
+                assumed = "; ".join(filter(None, (assumed, said)))
+                n_devices = int(knobs.pop("n_devices"))
             elif kind == "serving_latency":
                 said = _load_knobs(row, knobs, n_devices, framework)
                 assumed = "; ".join(filter(None, (assumed, said)))
@@ -453,15 +471,95 @@ def case(row: dict) -> Case | Skip:
         return Skip(rid, kind, str(e).removeprefix("dse: error: "), status, metric, measured)
 
 
-def _load_knobs(row, knobs: dict, n_devices: int, framework: str) -> str:
+def _serving(row) -> str:
+    serving = (row.get("serving") or "").strip().lower() or "agg"
+    if serving not in ("agg", "disagg"):
+        raise ValueError(f"serving {serving!r} is not one of agg, disagg")
+    return serving
+
+
+# Speculative decoding (DeepSeek's MTP, EAGLE) under a load is not modelled.
+_SPECULATIVE = re.compile(r"(?<!no )\bMTP\b|\bEAGLE\b|\bNEXTN\b")
+
+
+def _pool_layout(row, pool: str) -> dict:
+    """A pool's worker layout from its columns (``{pool}_tp`` ...)."""
+    if not any((row.get(f"{pool}_{k}") or "").strip() for k in ("tp", "dp")):
+        raise ValueError(f"a disaggregated row states its {pool} pool's layout ({pool}_tp, "
+                         f"{pool}_dp)")
+    layout = {k: _number(row, f"{pool}_{k}", int, 1) for k in ("workers", "tp", "pp", "dp")}
+    layout["ep"] = _number(row, f"{pool}_ep", int, 1)
+    layout["moe_tp"] = _number(row, f"{pool}_moe_tp", int, 0)
+    layout["batch"] = _number(row, f"{pool}_batch", int, 0)
+    if layout["workers"] < 1:
+        raise ValueError(f"{pool}_workers {layout['workers']} is not at least 1")
+    return layout
+
+
+def _disagg_knobs(row, knobs: dict, framework: str) -> str:
+    """Add a disaggregated serving_latency row's pools, load, lengths and engine to
+    ``knobs`` (in place, with ``n_devices``); returns what was assumed.
+
+    A ``pool`` row runs that pool's worker as dse.core.evaluate runs it inside a
+    disaggregated deployment (a prefill worker: the prompt and the first token; a decode
+    worker: the rest, the prompt's cache transferred), read at its capacity (the other
+    pool unlimited); ``knobs["pool"]`` and ``knobs["workers"]`` say so."""
+    if _SPECULATIVE.search(row.get("notes", "")):
+        raise _Unscorable("unmodelled", "speculative decoding (MTP / EAGLE) under a load is "
+                          "not modelled")
+    pool = (row.get("pool") or "").strip().lower()
+    if pool not in ("", "prefill", "decode"):
+        raise ValueError(f"pool {pool!r} is not one of prefill, decode (or empty: the whole "
+                         "deployment)")
+    inp, out = _number(row, "input_len", float, 0.0), _number(row, "output_len", float, 0.0)
+    if pool:
+        if "_ms" in row.get("metric", ""):
+            raise ValueError(f"a {pool} pool row (measured at its limit) states a throughput, "
+                             f"not {row['metric']}")
+        layout = _pool_layout(row, pool)
+        said = []
+        if pool == "decode" and out < 2.0:
+            raise ValueError("a decode pool row needs output_len (at least 2)")
+        lengths = dict(output_len="1", prefix_cache_hit="0") if pool == "prefill" else dict(
+            output_len=str(out - 1.0), prefix_cache_hit=str((inp - 1.0) / max(inp, 1.0)))
+        worker = dict(row, tp=str(layout["tp"]), pp=str(layout["pp"]), dp=str(layout["dp"]),
+                      ep=str(layout["ep"]), moe_tp=str(layout["moe_tp"] or ""),
+                      max_num_seqs=str(layout["batch"] or row.get("max_num_seqs") or ""),
+                      batch="", concurrency="", request_rate="", n_devices="", **lengths)
+        knobs.update(tp=layout["tp"], pp=layout["pp"], dp=layout["dp"], ep=layout["ep"])
+        said.append(_load_knobs(worker, knobs, 0, framework, load=False))
+        knobs.update(pool=pool, workers=layout["workers"])
+        return "; ".join(filter(None, said))
+    if _number(row, "concurrency", float, 0.0) > 0.0:
+        raise _Unscorable("unmodelled", "closed loops (concurrency) under disaggregation are "
+                          "not modelled")
+    layouts = {p: _pool_layout(row, p) for p in ("prefill", "decode")}
+    d = layouts["decode"]
+    # the deployment's own layout (the aggregated slot of the pool axis) is the decode
+    # worker's: only the pools are read
+    knobs.update(tp=d["tp"], pp=d["pp"], dp=d["dp"], ep=d["ep"])
+    said = _load_knobs(dict(row, tp=str(d["tp"]), moe_tp=str(d["moe_tp"] or ""),
+                            ep=str(d["ep"]), n_devices=""), knobs, 0, framework)
+    for p, layout in layouts.items():
+        if layout["moe_tp"] and layout["tp"] * layout["dp"] != layout["moe_tp"] * layout["ep"]:
+            raise ValueError(f"{p}_tp x {p}_dp = {layout['tp'] * layout['dp']} devices per "
+                             f"worker, {p}_moe_tp x {p}_ep = {layout['moe_tp'] * layout['ep']}")
+        knobs.update({f"{p}_{k}": float(v) for k, v in layout.items()})
+    knobs.update(serving=1.0, n_devices=sum(
+        v["workers"] * v["tp"] * v["pp"] * v["dp"] for v in layouts.values()))
+    return said
+
+
+def _load_knobs(row, knobs: dict, n_devices: int, framework: str, load: bool = True) -> str:
     """Add a serving_latency row's load, lengths and engine to ``knobs`` (in place, with
-    ``n_devices``: the devices the layout spans); returns what was assumed."""
+    ``n_devices``: the devices the layout spans); returns what was assumed. ``load``
+    False: a pool read at its capacity, whatever the load (the row states none)."""
     from ..catalogue.frameworks import ALIASES, FRAMEWORKS as ENGINES
 
     said = []
     clients = _number(row, "concurrency", float, 0.0)
     rate = _number(row, "request_rate", float, 0.0)
-    if (clients > 0.0) == (rate > 0.0):
+    if load and (clients > 0.0) == (rate > 0.0):
         raise ValueError("a serving_latency row states one of concurrency (closed-loop "
                          "clients) and request_rate (requests/s)")
     inp, out = _number(row, "input_len", float, 0.0), _number(row, "output_len", float, 0.0)
@@ -483,7 +581,7 @@ def _load_knobs(row, knobs: dict, n_devices: int, framework: str) -> str:
     if not any(cvs.values()):
         said.append("lengths not stated as distributions: every request at the means")
     arrival = _number(row, "arrival_cv", float, 1.0)
-    if rate > 0.0 and not (row.get("arrival_cv") or "").strip():
+    if rate > 0.0 and load and not (row.get("arrival_cv") or "").strip():
         said.append("Poisson arrivals (arrival_cv 1)")
     if not cap:
         said.append("the framework's default running-batch cap")
