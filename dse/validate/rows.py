@@ -60,7 +60,7 @@ LOAD_COLUMNS = ("concurrency", "request_rate", "arrival_cv", "framework", "moe_t
 # Columns a CSV may add for disaggregated serving_latency rows (dse.formulas.disagg).
 POOL_KEYS = ("workers", "tp", "pp", "dp", "ep", "moe_tp", "batch")
 DISAGG_COLUMNS = ("serving", "pool", *(f"{p}_{k}" for p in ("prefill", "decode")
-                                       for k in POOL_KEYS))
+                                       for k in (*POOL_KEYS, "hardware")))
 # Kinds no calibration is fitted on: they are scored with the calibration of the static
 # kinds, so their calibrated predictions are held out by construction.
 UNFITTED = ("serving_latency",)
@@ -507,6 +507,13 @@ def _disagg_knobs(row, knobs: dict, framework: str) -> str:
     if _SPECULATIVE.search(row.get("notes", "")):
         raise _Unscorable("unmodelled", "speculative decoding (MTP / EAGLE) under a load is "
                           "not modelled")
+    for p in ("prefill", "decode"):
+        device = (row.get(f"{p}_hardware") or "").strip()
+        if device and (resolve_name("hardware", device) or match_hardware(device)) != (
+                resolve_name("hardware", row["hardware"].strip())
+                or match_hardware(row["hardware"])):
+            raise _Unscorable("unmodelled", f"{p}_hardware {device!r}: pools on different "
+                              "devices are not scored yet (one hardware entry per row)")
     pool = (row.get("pool") or "").strip().lower()
     if pool not in ("", "prefill", "decode"):
         raise ValueError(f"pool {pool!r} is not one of prefill, decode (or empty: the whole "

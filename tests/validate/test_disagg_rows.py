@@ -52,6 +52,9 @@ ROWS = [
     _row(id="pool-latency", metric="tpot_ms", value="20", **dict(DECODE, pool="decode")),
     _row(id="no-layout", metric="ttft_ms", value="300", **dict(RUN, prefill_tp="")),
     _row(id="bad-pool", metric="ttft_ms", value="300", **dict(RUN, pool="both")),
+    _row(id="two-devices", metric="ttft_ms", value="300", **dict(RUN, prefill_hardware="b200")),
+    _row(id="same-device", metric="ttft_ms", value="300",
+         **dict(RUN, decode_hardware="H100 SXM")),
 ]
 
 STUDY = """
@@ -135,6 +138,9 @@ def test_what_cannot_be_scored_says_why(rows):
     assert rows["no-layout"]["status"] == "bad_row"
     assert "prefill pool's layout" in rows["no-layout"]["note"]
     assert rows["bad-pool"]["status"] == "bad_row" and "one of prefill" in rows["bad-pool"]["note"]
+    assert rows["two-devices"]["status"] == "unmodelled"
+    assert "different devices" in rows["two-devices"]["note"]
+    assert rows["same-device"]["predicted"] == rows["ttft"]["predicted"]
 
 
 def test_the_shipped_rows_read_each_with_a_status():
