@@ -8,11 +8,18 @@ cheap to keep. The answer depends only on the study's layout, so it is cached.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import math
+import os
+from pathlib import Path
 from typing import NamedTuple
 
 import jax
 import numpy as np
+
+from .._version import __version__
 
 from ..schema.knobs import fields
 from .encoding import INDEX_KEYS
@@ -81,8 +88,57 @@ def layout(study, evaluator) -> dict[str, OutputLayout]:
            len(study.hardware), study.dtype, study.features, study.values("usecase")
            if "usecase" in fields(study.point_type) else None)
     if key not in _CACHE:
-        _CACHE[key] = function_layout(study, evaluator, evaluator.traced, evaluator.lead_dims())
+        _CACHE[key] = _kept(key, evaluator) or _keep(key, function_layout(
+            study, evaluator, evaluator.traced, evaluator.lead_dims()))
     return _CACHE[key]
+
+
+# Layouts are kept on disk beside XLA's compilation cache (where that is on: the CLI, the
+# tests; dse.run.xla.enable_compilation_cache), so a later process reads them instead of
+# tracing the evaluator for its shapes.
+def _layout_file(key) -> Path | None:
+    folder = jax.config.jax_compilation_cache_dir
+    if not folder:
+        return None
+    folder = Path(folder) / "layouts"
+    # sets sorted: their order changes from process to process (string hashing)
+    canonical = tuple(tuple(sorted(k)) if isinstance(k, (set, frozenset)) else k for k in key)
+    digest = hashlib.sha256(repr((__version__, _source(), jax.__version__, canonical)
+                                 ).encode()).hexdigest()
+    return folder / f"{digest[:32]}.json"
+
+
+@functools.cache
+def _source() -> str:
+    """dse's own code as installed (each module's size and time): an edited checkout of
+    the same version does not read the layouts of its former self."""
+    root = Path(__file__).resolve().parents[1]
+    return hashlib.sha256(repr(sorted(
+        (str(f.relative_to(root)), f.stat().st_size, f.stat().st_mtime_ns)
+        for f in root.rglob("*.py"))).encode()).hexdigest()
+
+
+def _kept(key, evaluator) -> dict[str, OutputLayout] | None:
+    path = _layout_file(key)
+    if path is None or not path.is_file():
+        return None
+    try:
+        kept = json.loads(path.read_text())
+        return {n: OutputLayout(tuple(kept[n]["deps"]), tuple(kept[n]["lead"]),
+                                np.dtype(kept[n]["dtype"])) for n in evaluator.names}
+    except (ValueError, KeyError, TypeError):  # damaged: trace again and replace it
+        return None
+
+
+def _keep(key, layouts: dict[str, OutputLayout]) -> dict[str, OutputLayout]:
+    path = _layout_file(key)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({n: dict(deps=o.deps, lead=o.lead, dtype=o.dtype.str)
+                                   for n, o in layouts.items()}))
+        os.replace(tmp, path)
+    return layouts
 
 
 def dependencies(study, evaluator) -> dict[str, tuple[str, ...]]:

@@ -24,7 +24,7 @@ import xarray as xr
 
 from ..atomic import atomic_path
 from ..core.evaluator import Evaluator
-from ..core.trace import dependencies
+from ..core.trace import dependencies, layout
 from ..results.dataset import to_dataset
 from ..results.io import netcdf_encoding
 from . import xla
@@ -96,7 +96,7 @@ def lazy_arrays(study, names=None, ahead: int = AHEAD, progress=None):
     chunks = plan(study.shape, chunk_budget(study))
     deps = dependencies(study, evaluator)
     dispatcher = Dispatcher(study, evaluator, deps, chunks, ahead, progress)
-    shapes = evaluator.shapes(chunk_point(study, chunks[0]))
+    shapes = layout(study, evaluator)  # each output's own leading axes and dtype
     dims = [a.name for a in study.dims]
     token = tokenize(study.text, study.file, names, study.output.chunk_points)
     chunk_layer = f"dse-chunk-{token}"
@@ -105,7 +105,7 @@ def lazy_arrays(study, names=None, ahead: int = AHEAD, progress=None):
     arrays = {}
     for name in names:
         n_extra = dispatcher.lead[name]
-        lead = shapes[name].shape[:n_extra]
+        lead = shapes[name].lead
         kept = [dims.index(d) for d in deps[name]]
         layer_name = f"dse-{name}-{token}"
         layer = {}

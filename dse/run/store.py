@@ -117,13 +117,12 @@ def create_store(study, evaluator, path: Path, deps, chunks) -> None:
     """An empty zarr store (format 2) with every output's layout, chunked like the grid."""
     import dask.array as da
 
-    from .chunks import chunk_point
+    from ..core.trace import layout
 
-    shapes = evaluator.shapes(chunk_point(study, chunks[0]))
-    lead = evaluator.lead_dims()
+    shapes = layout(study, evaluator)  # each output's own leading axes and dtype
     arrays, encoding = {}, {}
     for name in evaluator.names:
-        own = shapes[name].shape[:lead[name]]
+        own = shapes[name].lead
         shape = output_shape(study, deps[name], own)
         zchunks = block_shape(study, deps[name], own, chunks[0])
         arrays[name] = da.empty(shape, dtype=shapes[name].dtype, chunks=zchunks)

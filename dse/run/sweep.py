@@ -27,7 +27,7 @@ from ..results.dataset import to_dataset
 from ..results.io import write_dataset
 from ..study.output import FORMATS
 from ..study.study import Study, load_study
-from . import budget, cluster, memory, netcdf, progress as bars, xla
+from . import budget, chunks, cluster, memory, netcdf, progress as bars, xla
 from .store import Partial, finish_store
 
 PATHS = ("reduce", "store", "netcdf", "memory")
@@ -168,6 +168,14 @@ def _sweep_to_file(study: Study, path: Path, how: str, progress, scheduler, work
                                      workers=workers,
                                      progress=bars.bar(progress, desc=study.name))
         return finish_store(partial, path, study.output.compress), path
+    if len(chunks.plan(study.shape, chunks.chunk_budget(study))) == 1:
+        # one chunk: evaluated in memory and written in one call (no task graph, no
+        # write pipeline to overlap with, nothing of dask imported)
+        arrays, deps = memory.run(study, progress=bars.bar(progress, desc=study.name))
+        ds = to_dataset(study, arrays, deps)
+        write_dataset(ds, path, compress=study.output.compress)
+        ds.attrs["evaluation_s"] = time.perf_counter() - start
+        return ds, path
     ds = netcdf.write_netcdf(study, path, compress=study.output.compress,
                              progress=bars.bar(progress, desc=study.name))
     ds.attrs["evaluation_s"] = time.perf_counter() - start
