@@ -20,7 +20,6 @@ import jax
 import numpy as np
 
 from .._version import __version__
-
 from ..schema.knobs import fields
 from .encoding import INDEX_KEYS
 from .tables import numpy_dtype

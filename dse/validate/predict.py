@@ -160,8 +160,8 @@ def row_parameters(theta, prob: Problem):
 
 _NAMES = {"inference": ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "n_devices", "reason"),
           "load": ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "n_devices", "reason",
-                   "request_throughput_req_s", "capacity_req_s", *(f"{m}_p{q}_s" for m in ("ttft", "tpot", "e2e")
-                                                 for q in (50, 90, 99))),
+                   "request_throughput_req_s", "capacity_req_s",
+                   *(f"{m}_p{q}_s" for m in ("ttft", "tpot", "e2e") for q in (50, 90, 99))),
           "training": ("throughput_per_device_tok_s", "model_flops_per_step", "step_s",
                        "mfu", "n_devices", "reason")}
 

@@ -507,12 +507,13 @@ def _disagg_knobs(row, knobs: dict, framework: str) -> str:
     if _SPECULATIVE.search(row.get("notes", "")):
         raise _Unscorable("unmodelled", "speculative decoding (MTP / EAGLE) under a load is "
                           "not modelled")
+    def device(text):
+        return resolve_name("hardware", text.strip()) or match_hardware(text)
+
     for p in ("prefill", "decode"):
-        device = (row.get(f"{p}_hardware") or "").strip()
-        if device and (resolve_name("hardware", device) or match_hardware(device)) != (
-                resolve_name("hardware", row["hardware"].strip())
-                or match_hardware(row["hardware"])):
-            raise _Unscorable("unmodelled", f"{p}_hardware {device!r}: pools on different "
+        named = (row.get(f"{p}_hardware") or "").strip()
+        if named and device(named) != device(row["hardware"]):
+            raise _Unscorable("unmodelled", f"{p}_hardware {named!r}: pools on different "
                               "devices are not scored yet (one hardware entry per row)")
     pool = (row.get("pool") or "").strip().lower()
     if pool not in ("", "prefill", "decode"):
@@ -524,7 +525,6 @@ def _disagg_knobs(row, knobs: dict, framework: str) -> str:
             raise ValueError(f"a {pool} pool row (measured at its limit) states a throughput, "
                              f"not {row['metric']}")
         layout = _pool_layout(row, pool)
-        said = []
         if pool == "decode" and out < 2.0:
             raise ValueError("a decode pool row needs output_len (at least 2)")
         lengths = dict(output_len="1", prefix_cache_hit="0") if pool == "prefill" else dict(
@@ -534,9 +534,9 @@ def _disagg_knobs(row, knobs: dict, framework: str) -> str:
                       max_num_seqs=str(layout["batch"] or row.get("max_num_seqs") or ""),
                       batch="", concurrency="", request_rate="", n_devices="", **lengths)
         knobs.update(tp=layout["tp"], pp=layout["pp"], dp=layout["dp"], ep=layout["ep"])
-        said.append(_load_knobs(worker, knobs, 0, framework, load=False))
+        said = _load_knobs(worker, knobs, 0, framework, load=False)
         knobs.update(pool=pool, workers=layout["workers"])
-        return "; ".join(filter(None, said))
+        return said
     if _number(row, "concurrency", float, 0.0) > 0.0:
         raise _Unscorable("unmodelled", "closed loops (concurrency) under disaggregation are "
                           "not modelled")
