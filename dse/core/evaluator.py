@@ -18,6 +18,7 @@ from collections.abc import Iterable
 import jax
 
 from ..schema.outputs import OUTPUTS
+from . import programs
 from .evaluate import evaluate, outputs
 from .tables import tables
 
@@ -72,8 +73,10 @@ class Evaluator:
 
     def __call__(self, point, models=None, hardware=None) -> dict:
         """The outputs at ``point`` (a knob pytree whose leaves broadcast)."""
+        models = self.models if models is None else models
+        hardware = self.hardware if hardware is None else hardware
         with self.precision():
-            return self.traced(point, models, hardware)
+            return programs.call(self, point, models, hardware)
 
     def traced(self, point, models=None, hardware=None) -> dict:
         """:meth:`__call__` without setting the precision (inside a transformation);

@@ -8,7 +8,6 @@ cheap to keep. The answer depends only on the study's layout, so it is cached.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import math
@@ -19,8 +18,8 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from .._version import __version__
 from ..schema.knobs import fields
+from . import programs
 from .encoding import INDEX_KEYS
 from .tables import numpy_dtype
 
@@ -92,29 +91,16 @@ def layout(study, evaluator) -> dict[str, OutputLayout]:
     return _CACHE[key]
 
 
-# Layouts are kept on disk beside XLA's compilation cache (where that is on: the CLI, the
-# tests; dse.run.xla.enable_compilation_cache), so a later process reads them instead of
-# tracing the evaluator for its shapes.
+# Layouts are kept on disk beside the evaluator's programs (dse.core.programs), so a
+# later process reads them instead of tracing the evaluator for its shapes.
 def _layout_file(key) -> Path | None:
-    folder = jax.config.jax_compilation_cache_dir
-    if not folder:
+    folder = programs.directory("layouts")
+    if folder is None:
         return None
-    folder = Path(folder) / "layouts"
     # sets sorted: their order changes from process to process (string hashing)
     canonical = tuple(tuple(sorted(k)) if isinstance(k, (set, frozenset)) else k for k in key)
-    digest = hashlib.sha256(repr((__version__, _source(), jax.__version__, canonical)
-                                 ).encode()).hexdigest()
+    digest = hashlib.sha256(repr((programs.source(), canonical)).encode()).hexdigest()
     return folder / f"{digest[:32]}.json"
-
-
-@functools.cache
-def _source() -> str:
-    """dse's own code as installed (each module's size and time): an edited checkout of
-    the same version does not read the layouts of its former self."""
-    root = Path(__file__).resolve().parents[1]
-    return hashlib.sha256(repr(sorted(
-        (str(f.relative_to(root)), f.stat().st_size, f.stat().st_mtime_ns)
-        for f in root.rglob("*.py"))).encode()).hexdigest()
 
 
 def _kept(key, evaluator) -> dict[str, OutputLayout] | None:

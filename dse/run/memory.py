@@ -21,7 +21,8 @@ def run(study, names: tuple[str, ...] | None = None, progress=None
     ``progress`` is a bar factory (:func:`dse.run.progress.bar`), or None.
     """
     evaluator = Evaluator.of(study, names)
-    return run_function(study, evaluator, evaluator.traced, evaluator.lead_dims(),
+    # through the kept program (dse.core.programs): a repeated layout traces nothing
+    return run_function(study, evaluator, evaluator, evaluator.lead_dims(),
                         dependencies(study, evaluator), progress)
 
 

@@ -1,0 +1,96 @@
+"""The evaluator's programs, traced once and kept on disk between processes.
+
+Tracing the evaluator (Python running the formulas) costs seconds for the larger
+programs, every process, before XLA's own persistent cache can answer. Here each
+program is exported once (:func:`jax.export.export`: the lowered StableHLO with its
+input and output shapes) and serialized under ``$DSE_CACHE_DIR/programs``; a later
+process with the same program deserializes it and calls it, and XLA's compilation
+cache supplies the compiled executable. Nothing is traced.
+
+A program is keyed by everything that shapes it: dse's and JAX's versions, the mode,
+the outputs, the features, the precision, and the shapes and dtypes of every input
+leaf (the point's knobs and the spec tables). The values are arguments, so one program
+serves every study of the same layout. The exported program is the one ``jax.jit``
+would lower, so its values are the traced path's, bit for bit (tests/core).
+
+Used at the top level only (``Evaluator.__call__``). Inside another transformation
+(grad, vmap, a search's batch) the evaluator is traced as usual. The cache is on where
+XLA's compilation cache is on (:func:`dse.run.xla.enable_compilation_cache`: the CLI,
+the tests); library users who enable that get both.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from pathlib import Path
+
+import jax
+
+from .._version import __version__
+
+_LOADED: dict[str, object] = {}  # key -> the jitted call of a program in this process
+
+
+def directory(kind: str = "programs") -> Path | None:
+    """Where programs (and layouts, dse.core.trace) are kept: beside XLA's compilation
+    cache (None: not enabled)."""
+    path = jax.config.jax_compilation_cache_dir
+    return Path(path) / kind if path else None
+
+
+@functools.cache
+def source() -> str:
+    """dse's own code as installed (each module's size and time), with dse's and JAX's
+    versions: an edited checkout does not read what its former self kept."""
+    root = Path(__file__).resolve().parents[1]
+    files = sorted((str(f.relative_to(root)), f.stat().st_size, f.stat().st_mtime_ns)
+                   for f in root.rglob("*.py"))
+    return hashlib.sha256(repr((__version__, jax.__version__, files)).encode()).hexdigest()
+
+
+def _key(evaluator, leaves, treedef) -> str:
+    parts = [source(), evaluator.mode, ",".join(evaluator.names),
+             ",".join(sorted(evaluator.features)), evaluator.dtype,
+             str(jax.config.jax_enable_x64), str(treedef)]
+    parts += [f"{tuple(x.shape)}:{x.dtype}" for x in leaves]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+
+
+def call(evaluator, point, models, hardware) -> dict:
+    """``evaluator.traced(point, models, hardware)`` through the kept program (exported
+    and saved on first use)."""
+    folder = directory()
+    leaves, treedef = jax.tree_util.tree_flatten((point, models, hardware))
+    if folder is None or any(isinstance(x, jax.core.Tracer) for x in leaves):
+        return evaluator.traced(point, models, hardware)  # inside a transformation
+    leaves = [jax.numpy.asarray(x) for x in leaves]
+    key = _key(evaluator, leaves, treedef)
+    fn = _LOADED.get(key)
+    if fn is None:
+        fn = _LOADED[key] = jax.jit(_program(evaluator, folder, key, leaves, treedef).call)
+    return dict(zip(evaluator.names, fn(*leaves)))
+
+
+def _program(evaluator, folder: Path, key: str, leaves, treedef):
+    from jax import export
+
+    path = folder / f"{key}.jaxexport"
+    if path.is_file():
+        try:
+            return export.deserialize(bytearray(path.read_bytes()))
+        except Exception:  # a damaged or foreign file: trace again and replace it
+            path.unlink(missing_ok=True)
+
+    def flat(*xs):
+        out = evaluator.traced(*jax.tree_util.tree_unflatten(treedef, list(xs)))
+        return [out[n] for n in evaluator.names]
+
+    exported = export.export(jax.jit(flat))(
+        *(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves))
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{key}.{os.getpid()}.tmp"
+    tmp.write_bytes(exported.serialize())
+    os.replace(tmp, path)  # whole or not at all, whichever process writes last
+    return exported
