@@ -86,7 +86,10 @@ def peer_python(given: str | None) -> Path:
         print("creating benchmarks/.venv-llm-analysis with llm-analysis from PyPI ...",
               file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "llm-analysis"], check=True)
+        # the workplace's pinned set when it is there (../shared/peers), else PyPI's latest
+        pinned = HERE.parents[1] / "shared" / "peers" / "requirements-llm-analysis.txt"
+        what = ["-r", str(pinned)] if pinned.is_file() else ["llm-analysis"]
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *what], check=True)
     return python
 
 

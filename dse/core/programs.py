@@ -65,7 +65,7 @@ def call(evaluator, point, models, hardware) -> dict:
     leaves, treedef = jax.tree_util.tree_flatten((point, models, hardware))
     if folder is None or any(isinstance(x, jax.core.Tracer) for x in leaves):
         return evaluator.traced(point, models, hardware)  # inside a transformation
-    leaves = [jax.numpy.asarray(x) for x in leaves]
+    leaves = jax.device_put(leaves)  # one transfer (and dtype canonicalization) for all
     key = _key(evaluator, leaves, treedef)
     fn = _LOADED.get(key)
     if fn is None:
