@@ -132,8 +132,51 @@ def _choose_inner(values: np.ndarray, violation: np.ndarray, direction: str) -> 
     return int(np.argmin(np.clip(violation, 0.0, None).sum(axis=0).ravel()))
 
 
+class Mirror:
+    """An in-memory copy of a stored study that the batch loop asks and tells, written
+    back to the storage once per batch.
+
+    optuna reads the storage on every ``ask`` (each sampled parameter reads the trials
+    again), which for an SQLite study costs most of a search's time. Here the sampler
+    reads memory; each batch first takes in the trials that other processes finished
+    meanwhile (a shared study stays shared, a batch late) and then adds its own finished
+    trials to the storage, which keeps every trial as before. A process killed mid-batch
+    leaves nothing of that batch behind (no running trials to fail)."""
+
+    ORIGIN = "dse_origin"
+
+    def __init__(self, opt: optuna.Study):
+        import uuid
+
+        self.opt = opt
+        self.origin = uuid.uuid4().hex
+        self.memory = optuna.create_study(directions=opt.directions, sampler=opt.sampler)
+        self.seen: set[int] = set()
+
+    def ask(self, distributions, k: int) -> list:
+        """``k`` trials of the in-memory study, which first takes in the finished trials
+        of the storage it lacks."""
+        new = [t for t in self.opt.get_trials(deepcopy=False)
+               if t._trial_id not in self.seen and t.state.is_finished()
+               and t.system_attrs.get(self.ORIGIN) != self.origin]
+        self.seen.update(t._trial_id for t in new)
+        self.memory.add_trials(new)
+        trials = [self.memory.ask(distributions) for _ in range(k)]
+        for t in trials:
+            t.storage.set_trial_system_attr(t._trial_id, self.ORIGIN, self.origin)
+        return trials
+
+    def tell(self, trial, values, state) -> None:
+        self.memory.tell(trial, values, state=state)
+
+    def push(self, trials: list) -> None:
+        """Write the batch's finished trials to the storage."""
+        self.opt.add_trials([self.memory._storage.get_trial(t._trial_id) for t in trials])
+
+
 def run_trials(study: Study, cfg: SearchConfig, opt: optuna.Study, progress=None) -> int:
-    """Ask, evaluate and tell ``cfg.n_trials`` trials; returns how many were told."""
+    """Ask, evaluate and tell ``cfg.n_trials`` trials; returns how many were told (each
+    batch asked of an in-memory :class:`Mirror` of ``opt``, stored when told)."""
     outer = _outer_keys(study, cfg)
     dists = distributions(study, outer)
     evaluator = Evaluator.of(study, dict.fromkeys(cfg.objectives + variables(cfg.constraints)))
@@ -141,9 +184,10 @@ def run_trials(study: Study, cfg: SearchConfig, opt: optuna.Study, progress=None
     inner_values = [next(a.values for a in study.dims if a.name == k) for k in cfg.inner]
     inner_shape = tuple(len(v) for v in inner_values)
     told = 0
+    mirror = Mirror(opt)
     while told < cfg.n_trials:
         k = min(cfg.batch_size, cfg.n_trials - told)
-        trials = [opt.ask(dists) for _ in range(k)]
+        trials = mirror.ask(dists, k)
         columns = {key: [as_python(t.params[key]) for t in trials] for key in outer}
         columns = pad(columns, cfg.batch_size)
         out = evaluator(trial_point(study, columns, cfg.inner))
@@ -164,7 +208,8 @@ def run_trials(study: Study, cfg: SearchConfig, opt: optuna.Study, progress=None
             for name, value in zip(constraint_names, cons):
                 trial.set_constraint(name, value)
             state = None if all(np.isfinite(values)) else optuna.trial.TrialState.FAIL
-            opt.tell(trial, None if state else values, state=state)
+            mirror.tell(trial, None if state else values, state=state)
+        mirror.push(trials)
         told += k
         if progress is not None:
             progress(k)
