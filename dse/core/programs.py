@@ -7,14 +7,16 @@ input and output shapes) and serialized under ``$DSE_CACHE_DIR/programs``; a lat
 process with the same program deserializes it and calls it, and XLA's compilation
 cache supplies the compiled executable. Nothing is traced.
 
-A program is keyed by everything that shapes it: dse's and JAX's versions, the mode,
+A program is keyed by everything that shapes it: dse's source, dse's and JAX's
+versions, the mode,
 the outputs, the features, the precision, and the shapes and dtypes of every input
 leaf (the point's knobs and the spec tables). The values are arguments, so one program
 serves every study of the same layout. The exported program is the one ``jax.jit``
 would lower, so its values are the traced path's, bit for bit (tests/core).
 
-Used at the top level only (``Evaluator.__call__``). Inside another transformation
-(grad, vmap, a search's batch) the evaluator is traced as usual. The cache is on where
+Used at the top level only (``Evaluator.__call__``: sweeps, a search's trial batches).
+Inside another transformation (a sensitivity's jvp, a validation fit's grad) the
+evaluator is traced as usual. The cache is on where
 XLA's compilation cache is on (:func:`dse.run.xla.enable_compilation_cache`: the CLI,
 the tests); library users who enable that get both.
 """
