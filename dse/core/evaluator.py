@@ -91,11 +91,6 @@ class Evaluator:
                        self.hardware if hardware is None else hardware, self.mode,
                        self.names, self.features)
 
-    def shapes(self, point) -> dict:
-        """The outputs' shapes and dtypes at ``point``, without evaluating."""
-        with self.precision():
-            return jax.eval_shape(self.traced, point)
-
     def tables_on(self, device):
         """The tables on ``device`` (None: as they are), copied once per device."""
         if device is None:
