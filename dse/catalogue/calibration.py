@@ -327,8 +327,6 @@ def sample_specs(specs: list, names: list[str], cal: Calibration, framework: str
     ([sample, hardware]); the other leaves are [hardware]. Without a covariance the
     draws are all the fitted value.
     """
-    import jax
-
     from .hardware import CALIBRATION_FIELDS, stack
 
     rng = np.random.default_rng(seed)
@@ -345,4 +343,4 @@ def sample_specs(specs: list, names: list[str], cal: Calibration, framework: str
         for h, name in enumerate(names):
             for f, v in c.values(framework, name).items():
                 columns[f][s, h] = v
-    return jax.tree_util.tree_map(lambda x: x, dataclasses.replace(table, **columns))
+    return dataclasses.replace(table, **columns)

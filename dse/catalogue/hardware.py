@@ -7,15 +7,15 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import jax
 import numpy as np
 
+from .. import pytrees
 from .. import units
 from .. import checks
 from ..errors import InputError
 
 
-@jax.tree_util.register_dataclass
+@pytrees.register
 @dataclasses.dataclass(frozen=True)
 class HardwareSpec:
     """One device (or a table of devices), SI units throughout.
@@ -172,4 +172,4 @@ class HardwareCard:
 
 def stack(specs: list[HardwareSpec], dtype=np.float64) -> HardwareSpec:
     """A table of devices: one pytree whose leaves have a leading hardware axis."""
-    return jax.tree_util.tree_map(lambda *xs: np.asarray(xs, dtype=dtype), *specs)
+    return pytrees.stack(specs, dtype)

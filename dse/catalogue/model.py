@@ -11,9 +11,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-import jax
 import numpy as np
 
+from .. import pytrees
 from .. import checks
 from ..errors import InputError
 from ..formulas.types import ModelSpec
@@ -212,7 +212,7 @@ def _dense_layers(f: Mapping[str, Any]) -> int:
 
 def stack(specs: list[ModelSpec], dtype=np.float64) -> ModelSpec:
     """A table of models: one pytree whose leaves have a leading model axis."""
-    return jax.tree_util.tree_map(lambda *xs: np.asarray(xs, dtype=dtype), *specs)
+    return pytrees.stack(specs, dtype)
 
 
 # Hugging Face config.json keys -> catalogue keys (first match wins).

@@ -14,15 +14,28 @@ n_kv_heads < tp (each device then holds one kv head). Norms are replicated.
 
 from __future__ import annotations
 
-import jax.numpy as jnp
+import sys
+
+import numpy as np
 
 from .types import ModelSpec, Shard
 
 
+def _xp():
+    """jax.numpy once JAX is loaded (always, inside the evaluator); NumPy before, so that
+    the catalogue listing (``dse models``) counts parameters without importing JAX."""
+    if "jax" in sys.modules:
+        import jax.numpy as jnp
+
+        return jnp
+    return np
+
+
 def shard(m: ModelSpec, tp) -> Shard:
-    return Shard(heads=m.n_heads / tp, kv_heads=jnp.maximum(m.n_kv_heads / tp, 1.0),
+    xp = _xp()
+    return Shard(heads=m.n_heads / tp, kv_heads=xp.maximum(m.n_kv_heads / tp, 1.0),
                  ff=m.d_ff / tp, ff_expert=m.d_ff_expert / tp,
-                 vocab=jnp.ceil(m.vocab_size / tp))
+                 vocab=xp.ceil(m.vocab_size / tp))
 
 
 def whole(m: ModelSpec) -> Shard:
@@ -68,19 +81,20 @@ def full_attention_params(m: ModelSpec, s: Shard):
     (each followed by an RMSNorm; replicated under tp), up-projections to every head's
     (nope + rope) query and (nope + v) key/value, and the output from v_head_dim per head.
     """
+    xp = _xp()
     d, hd = m.d_model, m.head_dim
     qkv_width = (s.heads * (1.0 + m.attention_output_gate) + 2.0 * s.kv_heads) * hd
-    bias = jnp.maximum(m.qkv_bias, m.linear_bias) * qkv_width + m.linear_bias * d
+    bias = xp.maximum(m.qkv_bias, m.linear_bias) * qkv_width + m.linear_bias * d
     standard = (d * qkv_width + s.heads * hd * d + bias + 2.0 * hd * m.qk_norm
                 + s.heads * m.attention_sinks)
     qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-    q = jnp.where(m.q_lora_rank > 0.0,
-                  d * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * s.heads * qk,
-                  d * s.heads * qk)
+    q = xp.where(m.q_lora_rank > 0.0,
+                 d * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * s.heads * qk,
+                 d * s.heads * qk)
     kv = (d * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
           + m.kv_lora_rank * s.heads * (m.qk_nope_head_dim + m.v_head_dim))
     latent = q + kv + s.heads * m.v_head_dim * d
-    return jnp.where(m.kv_lora_rank > 0.0, latent, standard)
+    return xp.where(m.kv_lora_rank > 0.0, latent, standard)
 
 
 def attention_params(m: ModelSpec, s: Shard):

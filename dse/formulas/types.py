@@ -14,11 +14,12 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-import jax
 import numpy as np
 
+from .. import pytrees
 
-@jax.tree_util.register_dataclass
+
+@pytrees.register
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
     """Decoder-only transformer architecture, every field a number (or array of them).
@@ -73,7 +74,7 @@ class ModelSpec:
     linear_state_bits: Any  # bits per element of the recurrent state as engines keep it
 
     def astype(self, dtype) -> "ModelSpec":
-        return jax.tree_util.tree_map(lambda x: np.asarray(x, dtype=dtype), self)
+        return pytrees.astype(self, dtype)
 
 
 class Rates(NamedTuple):
@@ -270,7 +271,7 @@ class Schedule(NamedTuple):
     moe_imbalance: Any = 1.0  # max over mean tokens per expert (1: balanced routing)
 
 
-@jax.tree_util.register_dataclass
+@pytrees.register
 @dataclasses.dataclass(frozen=True)
 class Links:
     """One entry per link of a heterogeneous pipeline (leading axis)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import jax
+from .. import pytrees
 
 
 def knob(default, kind: str, help: str, units: str = "1", long_name: str | None = None):
@@ -70,7 +70,7 @@ OPTIMIZERS = {"adamw": 8.0, "adam": 8.0, "adam_8bit": 2.0, "lion": 4.0,
               "sgd_momentum": 4.0, "sgd": 0.0, "adafactor": 0.0}
 
 
-@jax.tree_util.register_dataclass
+@pytrees.register
 @dataclasses.dataclass(frozen=True)
 class InferencePoint:
     """One inference deployment (or a broadcast grid / batch of them)."""
@@ -188,7 +188,7 @@ class InferencePoint:
     power_network: Any = knob(0.1, "unit", "share of TDP drawn while communicating")
 
 
-@jax.tree_util.register_dataclass
+@pytrees.register
 @dataclasses.dataclass(frozen=True)
 class TrainingPoint:
     """One training job (or a broadcast grid / batch of them)."""
@@ -257,7 +257,7 @@ class TrainingPoint:
                              "tokens")
 
 
-@jax.tree_util.register_dataclass
+@pytrees.register
 @dataclasses.dataclass(frozen=True)
 class PipelinePoint:
     """One inference deployment over the study's heterogeneous pipeline ([pipeline])."""
