@@ -8,21 +8,24 @@ process with the same program deserializes it and calls it, and XLA's compilatio
 cache supplies the compiled executable. Nothing is traced.
 
 A program is keyed by everything that shapes it: dse's source, dse's and JAX's
-versions, the mode,
-the outputs, the features, the precision, and the shapes and dtypes of every input
-leaf (the point's knobs and the spec tables). The values are arguments, so one program
-serves every study of the same layout. The exported program is the one ``jax.jit``
-would lower, so its values are the traced path's, bit for bit (tests/core).
+versions, what is evaluated (:func:`call`: the mode, the outputs, the features, the
+precision; :func:`run`: any top-level function and its static arguments, such as a
+sensitivity's differentiated evaluation or an inverse query's bisection), and the
+shapes and dtypes of every input leaf (the point's knobs and the spec tables). The
+values are arguments, so one program serves every study of the same layout. The
+exported program is the one ``jax.jit`` would lower, so its values are the traced
+path's, bit for bit (tests/core).
 
-Used at the top level only (``Evaluator.__call__``: sweeps, a search's trial batches).
-Inside another transformation (a sensitivity's jvp, a validation fit's grad) the
-evaluator is traced as usual. The cache is on where
-XLA's compilation cache is on (:func:`dse.run.xla.enable_compilation_cache`: the CLI,
-the tests); library users who enable that get both.
+Used at the top level only: sweeps, a search's trial batches, a sensitivity's blocks.
+Inside another transformation (a validation fit's grad) the evaluator is traced as
+usual. The cache is on where XLA's compilation cache is on
+(:func:`dse.run.xla.enable_compilation_cache`: the CLI, the tests); library users who
+enable that get both.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -52,30 +55,61 @@ def source() -> str:
     return hashlib.sha256(repr((__version__, jax.__version__, files)).encode()).hexdigest()
 
 
-def _key(evaluator, leaves, treedef) -> str:
-    parts = [source(), evaluator.mode, ",".join(evaluator.names),
-             ",".join(sorted(evaluator.features)), evaluator.dtype,
-             str(jax.config.jax_enable_x64), str(treedef)]
+def canonical(value) -> str:
+    """A stable text of a static argument (sets sorted: their iteration order changes
+    from process to process with string hashing)."""
+    if isinstance(value, (set, frozenset)):
+        return "{" + ",".join(sorted(canonical(v) for v in value)) + "}"
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # NamedTuple
+        return type(value).__qualname__ + "(" + ",".join(
+            f"{k}={canonical(getattr(value, k))}" for k in value._fields) + ")"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return type(value).__qualname__ + "(" + ",".join(
+            f"{f.name}={canonical(getattr(value, f.name))}"
+            for f in dataclasses.fields(value)) + ")"
+    if isinstance(value, (tuple, list)):
+        return "(" + ",".join(canonical(v) for v in value) + ")"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{canonical(k)}:{canonical(v)}"
+                              for k, v in sorted(value.items(), key=lambda kv: repr(kv[0]))) + "}"
+    return repr(value)
+
+
+def _key(identity: str, leaves, treedef) -> str:
+    parts = [source(), identity, str(jax.config.jax_enable_x64), str(treedef)]
     parts += [f"{tuple(x.shape)}:{x.dtype}" for x in leaves]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
-def call(evaluator, point, models, hardware) -> dict:
-    """``evaluator.traced(point, models, hardware)`` through the kept program (exported
-    and saved on first use)."""
+def run(fn, identity: str, *args):
+    """``fn(*args)`` through its kept program, exported and saved on first use.
+
+    ``fn`` takes pytrees of arrays and returns a pytree of dicts, lists and arrays;
+    ``identity`` names everything else that shapes its program (the function and its
+    static arguments, :func:`canonical`). Called with tracers (inside a transformation),
+    or without a cache directory, it is ``fn(*args)``.
+    """
     folder = directory()
-    leaves, treedef = jax.tree_util.tree_flatten((point, models, hardware))
+    leaves, treedef = jax.tree_util.tree_flatten(args)
     if folder is None or any(isinstance(x, jax.core.Tracer) for x in leaves):
-        return evaluator.traced(point, models, hardware)  # inside a transformation
+        return fn(*args)
     leaves = jax.device_put(leaves)  # one transfer (and dtype canonicalization) for all
-    key = _key(evaluator, leaves, treedef)
-    fn = _LOADED.get(key)
-    if fn is None:
-        fn = _LOADED[key] = jax.jit(_program(evaluator, folder, key, leaves, treedef).call)
-    return dict(zip(evaluator.names, fn(*leaves)))
+    key = _key(identity, leaves, treedef)
+    call = _LOADED.get(key)
+    if call is None:
+        call = _LOADED[key] = jax.jit(_program(fn, folder, key, leaves, treedef).call)
+    return call(*leaves)
 
 
-def _program(evaluator, folder: Path, key: str, leaves, treedef):
+def call(evaluator, point, models, hardware) -> dict:
+    """``evaluator.traced(point, models, hardware)`` through the kept program."""
+    identity = "|".join(["evaluate", evaluator.mode, ",".join(evaluator.names),
+                         canonical(evaluator.features), evaluator.dtype])
+    out = run(evaluator.traced, identity, point, models, hardware)
+    return {n: out[n] for n in evaluator.names}
+
+
+def _program(fn, folder: Path, key: str, leaves, treedef):
     from jax import export
 
     path = folder / f"{key}.jaxexport"
@@ -85,9 +119,8 @@ def _program(evaluator, folder: Path, key: str, leaves, treedef):
         except Exception:  # a damaged or foreign file: trace again and replace it
             path.unlink(missing_ok=True)
 
-    def flat(*xs):
-        out = evaluator.traced(*jax.tree_util.tree_unflatten(treedef, list(xs)))
-        return [out[n] for n in evaluator.names]
+    def flat(*xs):  # the inputs' dataclass pytrees are not serializable: leaves in
+        return fn(*jax.tree_util.tree_unflatten(treedef, list(xs)))
 
     exported = export.export(jax.jit(flat))(
         *(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves))

@@ -74,19 +74,33 @@ def function_layout(study, evaluator, fn, lead: dict[str, int]) -> dict[str, Out
     return out
 
 
-def function_dependencies(study, evaluator, fn, lead: dict[str, int]
+def function_dependencies(study, evaluator, fn, lead: dict[str, int], identity: str | None = None
                           ) -> dict[str, tuple[str, ...]]:
-    """The axes each output of ``fn(point, models, hardware)`` varies along."""
-    return {n: o.deps for n, o in function_layout(study, evaluator, fn, lead).items()}
+    """The axes each output of ``fn(point, models, hardware)`` varies along. With an
+    ``identity`` (what :func:`dse.core.programs.run` keys ``fn`` by) the layout is kept
+    on disk like the evaluator's."""
+    if identity is None:
+        layouts = function_layout(study, evaluator, fn, lead)
+    else:
+        key = ("function", identity) + _layout_key(study, evaluator)
+        if key not in _CACHE:
+            _CACHE[key] = _kept(key, lead) or _keep(key, function_layout(
+                study, evaluator, fn, lead))
+        layouts = _CACHE[key]
+    return {n: o.deps for n, o in layouts.items()}
+
+
+def _layout_key(study, evaluator) -> tuple:
+    return (study.mode, tuple(a.name for a in study.dims), evaluator.names, len(study.models),
+            len(study.hardware), study.dtype, study.features, study.values("usecase")
+            if "usecase" in fields(study.point_type) else None)
 
 
 def layout(study, evaluator) -> dict[str, OutputLayout]:
     """The layout of each of the evaluator's outputs (cached per axis layout)."""
-    key = (study.mode, tuple(a.name for a in study.dims), evaluator.names, len(study.models),
-           len(study.hardware), study.dtype, study.features, study.values("usecase")
-           if "usecase" in fields(study.point_type) else None)
+    key = _layout_key(study, evaluator)
     if key not in _CACHE:
-        _CACHE[key] = _kept(key, evaluator) or _keep(key, function_layout(
+        _CACHE[key] = _kept(key, evaluator.names) or _keep(key, function_layout(
             study, evaluator, evaluator.traced, evaluator.lead_dims()))
     return _CACHE[key]
 
@@ -97,20 +111,19 @@ def _layout_file(key) -> Path | None:
     folder = programs.directory("layouts")
     if folder is None:
         return None
-    # sets sorted: their order changes from process to process (string hashing)
-    canonical = tuple(tuple(sorted(k)) if isinstance(k, (set, frozenset)) else k for k in key)
-    digest = hashlib.sha256(repr((programs.source(), canonical)).encode()).hexdigest()
+    digest = hashlib.sha256(repr((programs.source(), programs.canonical(key))).encode()
+                            ).hexdigest()
     return folder / f"{digest[:32]}.json"
 
 
-def _kept(key, evaluator) -> dict[str, OutputLayout] | None:
+def _kept(key, names) -> dict[str, OutputLayout] | None:
     path = _layout_file(key)
     if path is None or not path.is_file():
         return None
     try:
         kept = json.loads(path.read_text())
         return {n: OutputLayout(tuple(kept[n]["deps"]), tuple(kept[n]["lead"]),
-                                np.dtype(kept[n]["dtype"])) for n in evaluator.names}
+                                np.dtype(kept[n]["dtype"])) for n in names}
     except (ValueError, KeyError, TypeError):  # damaged: trace again and replace it
         return None
 

@@ -15,6 +15,7 @@ import jax
 import numpy as np
 import xarray as xr
 
+from ..core import programs
 from ..core.evaluate import take
 from ..core.evaluator import Evaluator
 from ..core.trace import dependencies, function_dependencies
@@ -62,7 +63,8 @@ def analyze(study: Study, progress=None) -> xr.Dataset:
                  // (6 * len(cfg.params)))
     study = dataclasses.replace(study, output=dataclasses.replace(study.output, chunk_points=budget))
     spec = Spec(study.mode, cfg.metrics, cfg.params, cfg.delta, EPS[study.dtype], study.features)
-    fn = functools.partial(sensitivities, spec=spec)
+    fn = kept(functools.partial(sensitivities, spec=spec),
+              "sensitivities|" + programs.canonical(spec))
     meta = elasticity_variables(cfg, study.mode)
     lead = {name: k for name, (k, _, _) in meta.items()}
     evaluator = Evaluator.of(study, cfg.metrics + ("valid",) + KINK_SIGNATURE[study.mode])
@@ -87,6 +89,11 @@ def analyze(study: Study, progress=None) -> xr.Dataset:
     return ds
 
 
+def kept(fn, identity: str):
+    """``fn(point, models, hardware)`` through its kept program (dse.core.programs)."""
+    return functools.partial(programs.run, fn, identity)
+
+
 def elasticity_dependencies(study: Study, evaluator: Evaluator, lead
                             ) -> dict[str, tuple[str, ...]]:
     """The axes each output of :func:`sensitivities` varies along.
@@ -108,10 +115,13 @@ def _inverse(study: Study, evaluator: Evaluator, cfg: SensitivityConfig, progres
              ) -> xr.Dataset:
     scales, values, ok = [], [], []
     for q in cfg.inverse:
-        fn = functools.partial(_answer, query=q, mode=study.mode, features=study.features)
+        identity = "inverse|" + programs.canonical((q, study.mode, study.features))
+        fn = kept(functools.partial(_answer, query=q, mode=study.mode, features=study.features),
+                  identity)
         lead = {"scale": 0, "value": 0, "attainable": 0}
-        arrays, deps = run_function(study, evaluator, fn, lead,
-                                    function_dependencies(study, evaluator, fn, lead), progress)
+        arrays, deps = run_function(
+            study, evaluator, fn, lead,
+            function_dependencies(study, evaluator, fn, lead, identity), progress)
         dims = tuple(a.name for a in study.dims)
 
         def full(name):
