@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dse"
 
 # Layers from the bottom up: a module may import its own layer and those listed before it.
 LAYERS = [
-    {"dse._version", "dse.errors", "dse.units", "dse.atomic", "dse.checks"},
+    {"dse._version", "dse.errors", "dse.units", "dse.atomic", "dse.checks", "dse.pytrees"},
     {"dse.formulas"},
     {"dse.catalogue", "dse.schema"},
     {"dse.study"},

@@ -106,22 +106,23 @@ def markdown(ds: xr.Dataset, figures: dict[str, Path], base: Path) -> str:
         if label in figures:
             lines += [f"![tornado {label}]({figures[label].relative_to(base.parent)})", ""]
         lines += ["Base: " + ", ".join(f"{m} = {float(one['base_' + m]):.4g}" for m in metrics), ""]
+        params = list(one["hw_param"].values)
+        col = {name: one[name].transpose("hw_param", ...).values.reshape(len(params))
+               for name in ["kink"] + [m + s for m in metrics for s in (
+                   "", "_plus", "_linear_plus", "_minus", "_linear_minus")]}
         header = ["parameter"] + metrics
-        rows = [[p] + [float(one[m].sel(hw_param=p)) for m in metrics]
-                for p in one["hw_param"].values]
+        rows = [[p] + [float(col[m][i]) for m in metrics] for i, p in enumerate(params)]
         lines += ["Elasticities:", ""] + _table(header, rows) + [""]
         header = ["parameter"] + [f"{m} {s}" for m in metrics for s in (f"+{d}", "linear",
                                                                           f"-{d}", "linear")]
         header.append("kink")
         rows = []
-        for p in one["hw_param"].values:
+        for i, p in enumerate(params):
             row = [p]
             for m in metrics:
-                row += [100 * float(one[m + "_plus"].sel(hw_param=p)),
-                        100 * float(one[m + "_linear_plus"].sel(hw_param=p)),
-                        100 * float(one[m + "_minus"].sel(hw_param=p)),
-                        100 * float(one[m + "_linear_minus"].sel(hw_param=p))]
-            row.append(bool(one["kink"].sel(hw_param=p)))
+                row += [100 * float(col[m + s][i])
+                        for s in ("_plus", "_linear_plus", "_minus", "_linear_minus")]
+            row.append(bool(col["kink"][i]))
             rows.append(row)
         lines += [f"Effect of +-{d} (% change; exact, then linear):", ""] + _table(header, rows)
         lines.append("")
