@@ -139,6 +139,43 @@ def _keep(key, layouts: dict[str, OutputLayout]) -> dict[str, OutputLayout]:
     return layouts
 
 
+def known_layout(study, evaluator) -> dict[str, OutputLayout] | None:
+    """The layout if this process or the kept files have it (nothing traced), else None."""
+    key = _layout_key(study, evaluator)
+    if key not in _CACHE:
+        kept = _kept(key, evaluator.names)
+        if kept is None:
+            return None
+        _CACHE[key] = kept
+    return _CACHE[key]
+
+
+def layout_of_outputs(study, evaluator, outputs: dict) -> dict[str, OutputLayout] | None:
+    """The layout read off the outputs of one evaluation of the whole grid (kept like a
+    traced one), or None where the shapes cannot tell: an axis of length 1.
+
+    Every knob is an array with its values along its own axis and length 1 elsewhere, so
+    an output has length n along an axis of n >= 2 values exactly when it varies along
+    it: what the shape trace at length 2 (:func:`layout`) reads, without a second trace.
+    """
+    if any(n < 2 for n in study.shape):
+        return None
+    dims = [a.name for a in study.dims]
+    lead = evaluator.lead_dims()
+    out = {}
+    for name in evaluator.names:
+        shape = np.shape(outputs[name])
+        grid = shape[lead[name]:]
+        grid = (1,) * (len(dims) - len(grid)) + tuple(grid)
+        if any(g not in (1, n) for g, n in zip(grid, study.shape)):
+            return None  # not the whole grid
+        out[name] = OutputLayout(tuple(d for d, g in zip(dims, grid) if g > 1),
+                                 tuple(shape[:lead[name]]), np.dtype(outputs[name].dtype))
+    key = _layout_key(study, evaluator)
+    _CACHE[key] = _keep(key, out)
+    return out
+
+
 def dependencies(study, evaluator) -> dict[str, tuple[str, ...]]:
     """For each of the evaluator's outputs, the study axes it varies along (cached)."""
     return {n: o.deps for n, o in layout(study, evaluator).items()}

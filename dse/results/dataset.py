@@ -12,6 +12,9 @@ from .._version import __version__
 from ..schema.knobs import fields
 from ..schema.outputs import BOUND_CODES, EXTRA_COORDS, OUTPUTS, REASON_BITS, REASONS
 from ..study.study import Study
+from . import lazydask
+
+lazydask.install()
 
 
 def knob_attrs(study: Study, key: str) -> dict:

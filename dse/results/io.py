@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import xarray as xr
 
 from ..atomic import atomic_path
@@ -25,5 +26,24 @@ def write_dataset(ds: xr.Dataset, path: str | Path, compress: bool = False) -> P
             # opens, and the one plain ``xarray.open_dataset`` reads without warnings.
             ds.to_zarr(tmp, mode="w", zarr_format=2, consolidated=True)
         else:
-            ds.to_netcdf(tmp, engine="h5netcdf", encoding=netcdf_encoding(ds, compress))
+            encoding = netcdf_encoding(ds, compress)
+            if all(isinstance(v.data, np.ndarray) for v in ds.variables.values()):
+                _to_netcdf(ds, tmp, encoding)
+            else:  # lazy (dask, or read from a store): xarray computes while it writes
+                ds.to_netcdf(tmp, engine="h5netcdf", encoding=encoding)
     return path
+
+
+def _to_netcdf(ds: xr.Dataset, path: Path, encoding: dict | None) -> None:
+    """``ds.to_netcdf(path, engine="h5netcdf")``, with the HDF5 lock given instead of the
+    one xarray would choose after asking dask for its scheduler (dse.results.lazydask).
+    For Datasets of numpy arrays only: each is written as it is stored, where a lazy
+    one would wait for a compute step this skips."""
+    from xarray.backends import H5NetCDFStore
+    from xarray.backends.locks import HDF5_LOCK
+
+    store = H5NetCDFStore.open(path, mode="w", lock=HDF5_LOCK)
+    try:
+        ds.dump_to_store(store, encoding=encoding or {})
+    finally:
+        store.close()

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from ..core.evaluator import Evaluator
-from ..core.trace import dependencies
+from ..core.trace import dependencies, known_layout, layout_of_outputs
 from . import xla
 from .chunks import chunk_budget, chunk_pieces, chunk_point, output_shape, plan
 from .progress import PointsProgress
@@ -23,17 +24,34 @@ def run(study, names: tuple[str, ...] | None = None, progress=None
     evaluator = Evaluator.of(study, names)
     # through the kept program (dse.core.programs): a repeated layout traces nothing
     return run_function(study, evaluator, evaluator, evaluator.lead_dims(),
-                        dependencies(study, evaluator), progress)
+                        _dependencies(study, evaluator), progress)
+
+
+def _dependencies(study, evaluator):
+    """The outputs' dependencies, or where nothing has them yet and the grid is one
+    chunk, a function that reads them off that chunk's outputs (one trace, not two)."""
+    known = known_layout(study, evaluator)
+    if known is not None:
+        return {n: o.deps for n, o in known.items()}
+    if len(plan(study.shape, chunk_budget(study, in_memory=True))) == 1 and all(
+            n >= 2 for n in study.shape):
+        def read(out: dict) -> dict[str, tuple[str, ...]]:
+            layouts = layout_of_outputs(study, evaluator, out)
+            return ({n: o.deps for n, o in layouts.items()} if layouts is not None
+                    else dependencies(study, evaluator))
+        return read
+    return dependencies(study, evaluator)
 
 
 def run_function(study, evaluator: Evaluator, fn, lead: dict[str, int],
-                 deps: dict[str, tuple[str, ...]], progress=None
+                 deps: dict[str, tuple[str, ...]] | Callable, progress=None
                  ) -> tuple[dict[str, np.ndarray], dict[str, tuple[str, ...]]]:
     """Run ``fn(point, models, hardware) -> {name: array}`` over the grid in blocks, with
     ``evaluator``'s tables and precision.
 
     Each output leads with ``lead[name]`` axes of its own, then the grid axes it
-    depends on (``deps``); blocks are assembled into arrays over those axes.
+    depends on (``deps``, or ``deps(outputs of the first block)``); blocks are assembled
+    into arrays over those axes.
     """
     xla.configure()
     models, hardware = evaluator.models, evaluator.hardware
@@ -42,6 +60,9 @@ def run_function(study, evaluator: Evaluator, fn, lead: dict[str, int],
     bar = PointsProgress(progress, study, chunks)
 
     def place(index: int, out: dict, copier: ThreadPoolExecutor) -> None:
+        nonlocal deps
+        if callable(deps):
+            deps = deps(out)
         chunk = chunks[index]
         bar.update(index)
         if len(chunks) == 1 and chunk.stop - chunk.start == chunk.length:
