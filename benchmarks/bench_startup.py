@@ -3,7 +3,9 @@
 Each case is a whole CLI process timed from the shell's side, Python start-up and
 imports included: cold (an empty cache directory: dse traces and compiles) and warm (the
 same directory again: kept layouts and programs, XLA's compiled executables). Medians of
---repeat runs. Cases:
+--repeat runs. Beside the warm time: the seconds its evaluations alone take (a third,
+warm process that times each call of a kept program, loading included, to completion).
+Cases:
 
   example      studies/llama-serving.toml (the README's study, 1,728 points) to netCDF
   1e4          the same axes widened to 10,368 points, to netCDF
@@ -103,10 +105,32 @@ def timed(argv, env=None, stdin=None) -> tuple[float, str]:
     return seconds, done.stdout
 
 
-def dse_times(argv, repeat: int) -> tuple[float, float]:
-    """(median cold, median warm) seconds of a whole dse process; ``{out}`` in ``argv``
-    is a fresh output directory each run (a search would otherwise resume its study)."""
-    cold, warm = [], []
+# A warm dse process that also sums the seconds spent in its kept programs (loading
+# them included), each call waited for: the evaluations alone.
+EVALUATIONS = """
+import json, sys, time
+import jax
+from dse.core import programs
+spent = [0.0]
+run = programs.run
+def timed(*args, **kwargs):
+    start = time.perf_counter()
+    out = jax.block_until_ready(run(*args, **kwargs))
+    spent[0] += time.perf_counter() - start
+    return out
+programs.run = timed
+from dse.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({"evaluations_s": spent[0]}))
+sys.exit(code)
+"""
+
+
+def dse_times(argv, repeat: int) -> tuple[float, float, float]:
+    """(median cold, median warm, median seconds of the warm run's evaluations) of a
+    whole dse process; ``{out}`` in ``argv`` is a fresh output directory each run (a
+    search would otherwise resume its study)."""
+    cold, warm, evaluations = [], [], []
     for _ in range(repeat):
         with tempfile.TemporaryDirectory(prefix="dse-bench-") as tmp:
             env = dict(os.environ, DSE_CACHE_DIR=str(Path(tmp) / "cache"))
@@ -114,7 +138,12 @@ def dse_times(argv, repeat: int) -> tuple[float, float]:
                 out = Path(tmp) / name
                 out.mkdir()
                 runs.append(timed([a.replace("{out}", str(out)) for a in argv], env)[0])
-    return statistics.median(cold), statistics.median(warm)
+            out = Path(tmp) / "evaluations"
+            out.mkdir()
+            _, stdout = timed([sys.executable, "-c", EVALUATIONS,
+                               *[a.replace("{out}", str(out)) for a in argv[len(DSE):]]], env)
+            evaluations.append(json.loads(stdout.strip().splitlines()[-1])["evaluations_s"])
+    return statistics.median(cold), statistics.median(warm), statistics.median(evaluations)
 
 
 def peer_time(python: Path, configs: list[dict], budget: float) -> tuple[float, str]:
@@ -164,22 +193,24 @@ def main() -> None:
                 argv = [*DSE, case, str(ROOT / "studies" / study), "-o", "{out}/" + f"{case}.nc",
                         quiet]
                 points, repeat = None, args.repeat
-            cold, warm = dse_times(argv, repeat)
+            cold, warm, evaluations = dse_times(argv, repeat)
             peer, how = (None, "no such verb")
             if case in studies and case != "1e8":
                 peer, how = peer_time(python, peer_configs(studies[case]), args.peer_budget)
             elif case == "1e8":  # other models and devices: the rate of the 2e6 grid's
                 peer, how = _extrapolated(python, studies["2e6"], points)
-            rows.append((case, points, cold, warm, peer, how))
+            rows.append((case, points, cold, warm, evaluations, peer, how))
             print(_line(*rows[-1]), flush=True)
     print()
-    print("| case | points | dse cold, s | dse warm, s | llm-analysis, s | warm speed-up |")
-    print("|---|---|---|---|---|---|")
-    for case, points, cold, warm, peer, how in rows:
+    print("| case | points | dse cold, s | dse warm, s | warm: evaluations, s | warm / "
+          "evaluations | llm-analysis, s | warm speed-up |")
+    print("|---|---|---|---|---|---|---|---|")
+    for case, points, cold, warm, evaluations, peer, how in rows:
         ratio = f"{peer / warm:,.2f}x" if peer else ""
         size = f"{points:,}" if points else ""
         peer_s = f"{peer:,.1f} " if peer else ""
-        print(f"| {case} | {size} | {cold:.2f} | {warm:.2f} | {peer_s}({how}) | {ratio} |")
+        print(f"| {case} | {size} | {cold:.2f} | {warm:.2f} | {evaluations:.2f} | "
+              f"{warm / max(evaluations, 1e-9):.1f}x | {peer_s}({how}) | {ratio} |")
 
 
 def _replaced(text: str, changes: dict) -> str:
@@ -206,8 +237,9 @@ def _extrapolated(python, text, points) -> tuple[float, str]:
                                    f"{rate:,.0f} configurations/s")
 
 
-def _line(case, points, cold, warm, peer, how) -> str:
+def _line(case, points, cold, warm, evaluations, peer, how) -> str:
     return (f"{case:<12} {points or 0:>12,} points  dse cold {cold:7.2f} s  warm {warm:7.2f} s"
+            f" (evaluations {evaluations:.2f} s)"
             f"  llm-analysis {'' if peer is None else f'{peer:,.1f} s'} ({how})")
 
 
