@@ -102,3 +102,28 @@ def test_hugging_face_config_by_path(tmp_path):
     assert list(ds["model"].values) == ["llama-2-7b-hf", "llama-2-7b"]
     np.testing.assert_array_equal(ds["ttft_s"].values[0], ds["ttft_s"].values[1])
     assert ds["n_params"].values[0] == ds["n_params"].values[1]
+
+
+def test_the_command_exits_with_mains_code_and_flushed_output(tmp_path):
+    """``python -m dse`` ends through dse.cli.entry (exit handlers run, streams flushed,
+    then os._exit): the exit code is main's, piped output is whole, files are complete."""
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    def dse(*argv):
+        return subprocess.run([sys.executable, "-m", "dse", *argv], capture_output=True,
+                              text=True, cwd=ROOT, timeout=300)
+
+    listing = dse("models", "--json")
+    assert listing.returncode == 0
+    assert set(json.loads(listing.stdout)) == set(catalogue.model_names())  # whole
+    bad = dse("sweep", str(tmp_path / "missing.toml"))
+    assert bad.returncode == 2 and bad.stderr.startswith("dse: error: ")
+    out = tmp_path / "r.nc"
+    done = dse("sweep", str(STUDIES / "llama-serving.toml"), "-o", str(out), "-q")
+    assert done.returncode == 0 and done.stdout.strip() == f"wrote {out}"
+    with xr.open_dataset(out) as ds:
+        assert dict(ds.sizes) == CONTRACT_SIZES
+        assert np.isfinite(ds["ttft_s"].values).any()
