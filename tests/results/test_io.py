@@ -17,11 +17,16 @@ from dse.study import parse_study
 from ..helpers import study_text
 
 
-@pytest.mark.parametrize("compress", [False, True])
-def test_the_netcdf_is_xarrays(tmp_path, compress):
+@pytest.fixture(scope="module")
+def swept_small():
     study = parse_study(study_text(model=["llama-3-8b", "mixtral-8x7b"], hardware="h100-sxm",
                                    batch=[1, 8], usecase=["chat", "summarization"]), "<t>")
-    ds = dse.sweep(study, progress=False)
+    return dse.sweep(study, progress=False)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_the_netcdf_is_xarrays(tmp_path, compress, swept_small):
+    ds = swept_small
     assert all(isinstance(v.data, np.ndarray) for v in ds.variables.values())  # fast path
     ours = write_dataset(ds, tmp_path / "ours.nc", compress=compress)
     theirs = tmp_path / "theirs.nc"
