@@ -133,3 +133,14 @@ def brute_force_front(x, y) -> np.ndarray:
                 keep[i] = False
                 break
     return keep
+
+
+def write_csv(path, fields, rows):
+    """``rows`` (dicts) as a CSV file with header ``fields`` at ``path``; returns ``path``."""
+    import csv
+
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path

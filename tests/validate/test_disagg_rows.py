@@ -14,6 +14,8 @@ from dse.study import parse_study
 from dse.validate import default_calibration, validate
 from dse.validate.rows import COLUMNS, DISAGG_COLUMNS, LOAD_COLUMNS
 
+from ..helpers import write_csv
+
 FIELDS = COLUMNS + LOAD_COLUMNS + DISAGG_COLUMNS
 # Llama-3.1-8B on H100: one prefill worker of tp 2, two decode workers of tp 1 (4 GPUs)
 RUN = dict(kind="serving_latency", source="test", model="meta-llama/Llama-3.1-8B-Instruct",
@@ -82,11 +84,7 @@ variables = "all"
 
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory):
-    path = tmp_path_factory.mktemp("disagg") / "rows.csv"
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows(ROWS)
+    path = write_csv(tmp_path_factory.mktemp("disagg") / "rows.csv", FIELDS, ROWS)
     return {r["id"]: r for r in validate(path, holdout=False).rows()}
 
 

@@ -15,6 +15,8 @@ from dse.study import parse_study
 from dse.validate import default_calibration, validate
 from dse.validate.rows import COLUMNS, LOAD_COLUMNS
 
+from ..helpers import write_csv
+
 FIELDS = COLUMNS + LOAD_COLUMNS
 GPUSTACK = "gpustack performance lab (vllm bench serve)"
 RUN = dict(kind="serving_latency", source=GPUSTACK, model="Qwen/Qwen3-8B", hardware="h100-sxm",
@@ -54,11 +56,7 @@ ROWS = [
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
-    path = tmp_path_factory.mktemp("load") / "rows.csv"
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows(ROWS)
+    path = write_csv(tmp_path_factory.mktemp("load") / "rows.csv", FIELDS, ROWS)
     return path, validate(path, holdout=False)
 
 

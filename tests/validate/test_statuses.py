@@ -12,6 +12,8 @@ from dse.cli import main
 from dse.validate import validate
 from dse.validate.rows import COLUMNS, STATUSES
 
+from ..helpers import write_csv
+
 BLANK = dict.fromkeys(COLUMNS, "")
 
 
@@ -86,11 +88,7 @@ ROWS = [
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
-    path = tmp_path_factory.mktemp("v") / "rows.csv"
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(ROWS)
+    path = write_csv(tmp_path_factory.mktemp("v") / "rows.csv", COLUMNS, ROWS)
     return path, validate(path, holdout=False)
 
 
