@@ -407,6 +407,11 @@ def case(row: dict) -> Case | Skip:
                               "single catalogue device")
         precision = precision_bits(row["precision"])
         model = _model_card(row)
+        if not model.fields.get("n_experts"):
+            # a dense model has no expert layout: MoE columns (a converter's 1s) say nothing
+            row = dict(row, moe_tp="", **({"ep": ""} if kind == "serving_latency" else {}),
+                       **{f"{p}_{k}": "" for p in ("prefill", "decode")
+                          for k in ("moe_tp", "ep")})
         framework = _framework(row)
         if kind == "serving_throughput" and _UNDER_LOAD.search(
                 row.get("batch", "") + " " + row["notes"]):

@@ -1,0 +1,179 @@
+"""NVIDIA AIConfigurator's measured serving runs in dse's measured schema.
+
+``aiconfigurator-core`` (Apache-2.0, PyPI) ships ``systems/silicon_sample.csv``: serving
+runs of TensorRT-LLM, SGLang and vLLM measured by benchmark clients at a stated
+concurrency (a closed loop, fixed ISL/OSL), aggregated or disaggregated, with the mean
+TTFT and TPOT in milliseconds. :func:`convert` maps each run to two rows of kind
+``serving_latency`` (``ttft_ms`` and ``tpot_ms``), keeping the upstream id in ``id`` and
+the package version in ``source``; the upstream provenance string stays in ``notes``.
+``data/measured_silicon.csv`` is its output; run it again on a newer release::
+
+    pip install aiconfigurator-core
+    python -m dse.validate.silicon -o data/measured_silicon.csv
+
+What is read, field by field (upstream column -> dse column):
+
+- ``system`` -> ``hardware`` (``b200_sxm`` is the catalogue's ``b200``, ...);
+  ``backend`` -> ``framework`` and ``backend_version`` -> ``framework_version``;
+  ``model_path`` -> ``model`` (a Hugging Face id, resolved through the catalogue's
+  aliases).
+- ``gemm_quant_mode`` / ``moe_quant_mode`` -> ``precision`` (``fp8`` and ``fp8_block``
+  run FP8 GEMMs, ``nvfp4`` NVFP4 GEMMs, ``int4_wo`` INT4 weights at 16-bit compute) and
+  the per-op modes themselves in ``gemm_quant``/``moe_quant``; the KV-cache dtype is not
+  stated upstream: the engines' default (``auto``: the model's 16-bit dtype) is written.
+- aggregated: ``tp_size`` -> ``tp``, ``attention_dp_size`` -> ``dp`` (attention data
+  parallelism, one rank per DP group), ``moe_tp_size`` / ``moe_ep_size`` -> ``moe_tp`` /
+  ``ep``; ``batch_size`` (the per-rank batch the run was configured for) ->
+  ``max_num_seqs``; the devices of one worker are tp x dp.
+- disaggregated: ``prefill_*`` / ``decode_*`` the same per pool (``{pool}_tp``,
+  ``{pool}_dp``, ``{pool}_moe_tp``, ``{pool}_ep``, ``{pool}_batch``,
+  ``{pool}_workers``); pools whose worker counts the upstream row leaves empty keep
+  them empty (dse says so rather than guessing).
+- ``silicon_concurrency`` (in the provenance string) -> ``concurrency``: the benchmark
+  client's concurrent requests; where it is missing, an aggregated row's batch x dp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import sys
+from pathlib import Path
+
+from .rows import COLUMNS, DISAGG_COLUMNS, LOAD_COLUMNS
+
+# The catalogue's name of each upstream system (aiconfigurator-core systems/*.yaml).
+SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200",
+           "b300_sxm": "b300", "gb200": "gb200", "gb300": "gb300", "a100_sxm": "a100-80gb",
+           "l40s": "l40s"}
+# dse's framework names (dse.validate.rows.FRAMEWORKS) of the upstream backends.
+BACKENDS = {"trtllm": "tensorrt-llm", "sglang": "sglang", "vllm": "vllm"}
+# Upstream quantization modes, as precision words dse reads (rows.precision_bits).
+QUANT = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "nvfp4", "mxfp4": "mxfp4",
+         "int4_wo": "int4", "w4afp8": "int4", "bf16": "bf16", "float16": "bf16"}
+EXTRA_COLUMNS = ("framework_version", "gemm_quant", "moe_quant")
+FIELDS = (*COLUMNS[:-1], *LOAD_COLUMNS, *DISAGG_COLUMNS, *EXTRA_COLUMNS, "notes")
+
+
+def package_csv() -> tuple[Path, str]:
+    """The installed aiconfigurator-core's silicon_sample.csv and the package version."""
+    try:
+        from importlib.metadata import version
+        from importlib.resources import files
+        path = Path(str(files("aiconfigurator_core") / "systems" / "silicon_sample.csv"))
+        return path, version("aiconfigurator-core")
+    except (ImportError, ModuleNotFoundError) as e:
+        raise SystemExit(f"dse: error: aiconfigurator-core is not installed ({e}); "
+                         "pip install aiconfigurator-core, or pass --csv PATH --version V")
+
+
+def _int(text: str) -> int | None:
+    text = (text or "").strip()
+    return int(float(text)) if text else None
+
+
+def _precision(gemm: str, moe: str) -> tuple[str, str]:
+    """(precision string, what was assumed) of the per-op quantization modes."""
+    gemm, moe = gemm.strip().lower(), moe.strip().lower()
+    words = {QUANT.get(m) for m in (gemm, moe) if m}
+    if None in words:
+        raise ValueError(f"unknown quantization mode gemm {gemm!r} / moe {moe!r}")
+    if not words:
+        return "bf16, bf16 kv", "quantization not stated: bf16 weights"
+    w = QUANT[moe or gemm]
+    if w == "int4":
+        text = "int4 weight-only w4a16"
+    elif w == "bf16":
+        text = "bf16"
+    else:
+        text = f"{w} w/a"
+    return f"{text}, bf16 kv", ""
+
+
+def convert_row(row: dict, version: str) -> list[dict]:
+    """The two measured rows (ttft_ms, tpot_ms) of one upstream run."""
+    provenance = row["silicon_data_source"]
+    conc = re.search(r"silicon_concurrency=(\d+)", provenance)
+    precision, said = _precision(row.get("gemm_quant_mode", ""), row.get("moe_quant_mode", ""))
+    mode = row["mode"].strip().lower()
+    out = dict.fromkeys(FIELDS, "")
+    out.update(source=f"aiconfigurator-core {version} (systems/silicon_sample.csv, "
+                      "Apache-2.0)",
+               kind="serving_latency", model=row["model_path"],
+               hardware=SYSTEMS.get(row["system"], row["system"]),
+               precision=precision, input_len=row["isl"], output_len=row["osl"],
+               framework=BACKENDS.get(row["backend"], row["backend"]),
+               framework_version=row.get("backend_version", ""),
+               gemm_quant=row.get("gemm_quant_mode", ""), moe_quant=row.get("moe_quant_mode", ""))
+    notes = [f"upstream: {provenance}", "KV-cache dtype not stated: the engines' auto "
+             "(16-bit) taken"]
+    if said:
+        notes.append(said)
+    if mode == "agg":
+        tp, dp = _int(row["tp_size"]) or 1, _int(row["attention_dp_size"]) or 1
+        batch = _int(row["batch_size"])
+        out.update(tp=tp, pp=_int(row["pp_size"]) or 1, dp=dp, n_devices=tp * dp,
+                   max_num_seqs=batch or "", moe_tp=_int(row["moe_tp_size"]) or "",
+                   ep=_int(row["moe_ep_size"]) or "")
+        if not conc and batch:
+            notes.append(f"silicon_concurrency not stated: batch {batch} x attention-DP {dp}")
+        clients = int(conc.group(1)) if conc else (batch * dp if batch else "")
+    elif mode == "disagg":
+        out["serving"] = "disagg"
+        for p in ("prefill", "decode"):
+            out.update({f"{p}_tp": _int(row[f"{p}_tp_size"]) or 1,
+                        f"{p}_pp": _int(row[f"{p}_pp_size"]) or 1,
+                        f"{p}_dp": _int(row[f"{p}_attention_dp_size"]) or 1,
+                        f"{p}_moe_tp": _int(row[f"{p}_moe_tp_size"]) or "",
+                        f"{p}_ep": _int(row[f"{p}_moe_ep_size"]) or "",
+                        f"{p}_batch": _int(row[f"{p}_batch_size"]) or "",
+                        f"{p}_workers": _int(row[f"{p}_num_workers"]) or ""})
+        clients = int(conc.group(1)) if conc else ""
+    else:
+        raise ValueError(f"mode {mode!r} is not agg or disagg")
+    out["concurrency"] = clients
+    out["notes"] = "; ".join(notes)
+    rows = []
+    for metric, column in (("ttft_ms", "silicon_ttft_ms"), ("tpot_ms", "silicon_tpot_ms")):
+        rows.append(dict(out, id=row["id"], metric=metric, value=row[column]))
+    return rows
+
+
+def convert(src, dst, version: str) -> int:
+    """Write ``dst`` (the measured schema, two rows per upstream run) from the upstream
+    CSV ``src``; returns the number of upstream runs. Written to a temporary file and
+    moved into place."""
+    from ..atomic import atomic_path
+    src, dst = Path(src), Path(dst)
+    with src.open(newline="", encoding="utf-8") as f:
+        runs = list(csv.DictReader(f))
+    with atomic_path(dst) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, FIELDS, lineterminator="\n")
+        writer.writeheader()
+        for run in runs:
+            writer.writerows(convert_row(run, version))
+    return len(runs)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m dse.validate.silicon",
+                                description="Convert aiconfigurator-core's "
+                                "systems/silicon_sample.csv into dse's measured schema.")
+    p.add_argument("-o", "--output", default="data/measured_silicon.csv")
+    p.add_argument("--csv", help="the upstream CSV (default: the installed package's)")
+    p.add_argument("--version", help="the upstream package version (with --csv)")
+    a = p.parse_args(argv)
+    if a.csv:
+        if not a.version:
+            p.error("--csv needs --version (the package version the file comes from)")
+        src, version = Path(a.csv), a.version
+    else:
+        src, version = package_csv()
+    n = convert(src, a.output, version)
+    print(f"{n} runs of aiconfigurator-core {version} -> {a.output} ({2 * n} rows)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""AIConfigurator's measured serving runs (aiconfigurator-core systems/silicon_sample.csv,
+Apache-2.0) in dse's measured schema (dse.validate.silicon), and the shipped conversion
+data/measured_silicon.csv."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from dse.validate.rows import case, Case, Skip
+from dse.validate.silicon import convert
+
+ROOT = Path(__file__).resolve().parents[2]
+# Three upstream rows as aiconfigurator-core 0.12.0 ships them (Apache-2.0): MiniMax-M2.5
+# on 16 B300 (attention tp 4 x dp 4, experts over 16 ranks), a disaggregated Kimi-K2.5 on
+# GB200 (1 prefill worker of attention-DP 4, 4 decode workers of tp 8 / ep 8), and a
+# Llama-3.1-8B run that states no quantization.
+UPSTREAM = """\
+id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,prefill_batch_size,prefill_num_workers,prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,prefill_moe_tp_size,prefill_moe_ep_size,decode_batch_size,decode_num_workers,decode_tp_size,decode_pp_size,decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms
+minimaxm2_5_b300_vllm_fp8_agg_1024x1024_c512_cfg734,db-dump/2026-04-27; config_id=734; silicon_concurrency=512; measured=2026-04-21T00:00:00.000Z; workflow_run_id=797; vllm/vllm-openai:v0.19.0-cu130,vllm,0.19.0,MiniMaxAI/MiniMax-M2.5,b300_sxm,fp8,agg,1024,1024,fp8,fp8,128,4,1,4,1,16,,,,,,,,,,,,,,,727.8426075309881,31.74447123107922
+kimik2_5_gb200_trtllm_fp4_disagg_1024x1024_c4_cfg759,db-dump/2026-04-27; config_id=759; silicon_concurrency=4; measured=2026-04-18T00:00:00.000Z; workflow_run_id=778; nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:1.1.0-dev.2,trtllm,1.1.0-dev.2,moonshotai/Kimi-K2.5,gb200,fp4,disagg,1024,1024,nvfp4,nvfp4,,,,,,,1,1,1,1,4,1,4,1,4,8,1,1,1,8,195.51323120103916,5.316830920749418
+meta_llama_llama_3_1_8b_instruct_meta_llama_llama_3_1_8b_instruct_h100_sxm_trtllm_agg_1024x128_c8_tp1_epnone_1,source_file=/Users/harrli/projects/aic-auto-gap-analysis/data/h100_sxm/trtllm/1.0.0rc3/meta-llama_Llama-3.1-8B-Instruct.csv; silicon_concurrency=8,trtllm,1.0.0rc3,meta-llama/Llama-3.1-8B-Instruct,h100_sxm,,agg,1024,128,,,8,1,1,,1,1,,,,,,,,,,,,,,,190.9545068625,7.94357745
+"""
+
+
+def _converted(tmp_path) -> list[dict]:
+    src = tmp_path / "silicon_sample.csv"
+    src.write_text(UPSTREAM)
+    out = tmp_path / "measured_silicon.csv"
+    assert convert(src, out, "0.12.0") == 3
+    with out.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_each_run_becomes_a_ttft_and_a_tpot_row_with_its_fields(tmp_path):
+    rows = _converted(tmp_path)
+    assert [(r["id"][:14], r["metric"]) for r in rows] == [
+        ("minimaxm2_5_b3", "ttft_ms"), ("minimaxm2_5_b3", "tpot_ms"),
+        ("kimik2_5_gb200", "ttft_ms"), ("kimik2_5_gb200", "tpot_ms"),
+        ("meta_llama_lla", "ttft_ms"), ("meta_llama_lla", "tpot_ms")]
+    mm, _, kimi, _, llama, _ = rows
+    assert mm["source"].startswith("aiconfigurator-core 0.12.0")
+    assert float(mm["value"]) == 727.8426075309881
+    # attention tp 4 x dp 4 on 16 devices, experts over 16 ranks; 128 per DP rank, 512
+    # clients in all
+    assert (mm["tp"], mm["dp"], mm["ep"], mm["moe_tp"], mm["n_devices"]) == (
+        "4", "4", "16", "1", "16")
+    assert (mm["concurrency"], mm["max_num_seqs"]) == ("512", "128")
+    assert (mm["hardware"], mm["framework"], mm["framework_version"]) == ("b300", "vllm", "0.19.0")
+    assert mm["precision"] == "fp8 w/a, bf16 kv"
+    assert kimi["serving"] == "disagg" and kimi["precision"] == "nvfp4 w/a, bf16 kv"
+    assert (kimi["prefill_workers"], kimi["prefill_dp"], kimi["prefill_ep"]) == ("1", "4", "4")
+    assert (kimi["decode_workers"], kimi["decode_tp"], kimi["decode_dp"], kimi["decode_ep"]) == (
+        "4", "8", "1", "8")
+    assert llama["precision"] == "bf16, bf16 kv"
+    assert "quantization not stated" in llama["notes"]
+
+
+def test_converted_rows_read_as_load_points(tmp_path):
+    """The aggregated MiniMax row is a closed loop of 512 clients over 4 attention-DP
+    ranks (128 each, the cap), FP8; the Llama row's MoE columns (1, 1) say nothing of a
+    dense model and are dropped; the disaggregated closed loop says what is missing."""
+    mm, _, kimi, _, llama, _ = (case(r) for r in _converted(tmp_path))
+    assert isinstance(mm, Case) and mm.model.name == "minimax-m2"
+    k = mm.knobs
+    assert (k["tp"], k["dp"], k["ep"], k["concurrency"], k["max_num_seqs"]) == (4, 4, 16, 512.0,
+                                                                              128.0)
+    assert (k["weight_bits"], k["act_bits"], k["kv_bits"]) == (8.0, 8.0, 16.0)
+    assert mm.framework == "vllm" and mm.n_devices == 16
+    assert isinstance(llama, Case) and llama.knobs["tp"] == 1
+    assert isinstance(kimi, Skip) and kimi.status == "unmodelled"
+    assert "closed loops" in kimi.reason
+
+
+def test_the_shipped_conversion_is_whole():
+    """data/measured_silicon.csv: the 5,221 runs of aiconfigurator-core 0.12.0, two rows
+    each, every id with its TTFT and its TPOT, positive values."""
+    with (ROOT / "data" / "measured_silicon.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 * 5221
+    pairs = {(r["id"], r["metric"]) for r in rows}
+    assert len(pairs) == len(rows)
+    assert {r["metric"] for r in rows} == {"ttft_ms", "tpot_ms"}
+    assert {r["kind"] for r in rows} == {"serving_latency"}
+    assert all(r["source"].startswith("aiconfigurator-core 0.12.0") for r in rows)
+    assert all(float(r["value"]) > 0 for r in rows)
+    assert sum(r["serving"] == "disagg" for r in rows) == 2 * 1602
