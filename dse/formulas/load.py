@@ -373,6 +373,83 @@ def serve(step: StepTime, lengths: Lengths, load: Load, iterations: int = ITERAT
                prompt_step_share=s.f)
     if percentiles:
         out.update(tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed))
-    return out
+    return _with_lockstep(out, lockstep(step, nodes, lengths, load), slot_wait_closed,
+                          percentiles)
+
+
+def lockstep(step: StepTime, nodes: _Nodes, lengths: Lengths, load: Load) -> dict:
+    """A closed loop in waves: the clients' requests arrive together and the engine
+    prefills the wave, n = min(c, S) prompts of P tokens, in K = ceil(n P / M) prompt
+    steps of the budget M before any of them decodes; they then decode together and
+    finish together, and the next wave arrives. The requests of the first prompt step
+    (k1 = ceil(P / M) steps for a prompt) have their first token after k1 steps, the last
+    after K: the mean TTFT is (K + k1) / 2 steps of the wave. A request whose prompt is
+    done early waits for the wave's prefill before it decodes, which its TPOT counts.
+
+    This is how a closed loop of benchmark clients with fixed lengths runs on an engine
+    that runs prefill steps apart from decode steps (SGLang): nothing breaks the waves
+    up. Spread lengths do (a request that finishes a step early comes back a step early
+    and is prefilled alone): ``weight`` is the share of lock-step, exp(-d) with d the
+    spread of the completion times in steps (output_cv x decode steps + input_cv x
+    prompt steps); the discrete-event oracle (tests/oracles) dissolves the waves at a
+    spread of 0.1 already. Engines that mix prompt chunks into decode steps (vLLM,
+    TensorRT-LLM) start the first requests' decodes while the rest of the wave is
+    prefilled; the waves stagger after one cycle, and the mean field holds (weight 0)."""
+    n = jnp.maximum(jnp.minimum(load.clients, load.slots), 1.0)
+    prompt, budget = jnp.maximum(nodes.mean_prompt, 1.0), load.budget
+    total = n * prompt
+    k = jnp.maximum(jnp.ceil(total / budget - 1e-6), 1.0)
+    k1 = jnp.minimum(jnp.maximum(jnp.ceil(prompt / budget - 1e-6), 1.0), k)
+    per_step = jnp.minimum(jnp.maximum(budget / prompt, 1.0), n)
+    rest = total - (k - 1.0) * budget
+    wave = ((k - 1.0) * step(0.0, jnp.minimum(budget, total), per_step)
+            + step(0.0, rest, jnp.maximum(rest / prompt, 1.0)))
+    first = wave * k1 / k
+    ttft = 0.5 * (first + wave)
+    d = nodes.mean_decode
+    tau = step(n, 0.0, 0.0)
+    spread_s = jnp.where(d > 0.5, (wave - first) / jnp.maximum(d, 1.0), 0.0)
+    tpot = tau + 0.5 * spread_s
+    e2e = wave + d * tau
+    spread = lengths.output_cv * d + lengths.input_cv * prompt / budget
+    weight = jnp.where(load.clients > 0.0, load.separate * jnp.exp(-spread), 0.0)
+    return dict(weight=weight, n=n, wave=wave, first=first, ttft=ttft, tpot=tpot, tau=tau,
+                spread_s=spread_s, e2e=e2e, x=n / jnp.maximum(e2e, 1e-30),
+                batch=n * d * tau / jnp.maximum(e2e, 1e-30), own=wave / k)
+
+
+def _with_lockstep(out: dict, lock: dict, slot_wait_closed, percentiles: bool) -> dict:
+    """The mean field's outputs and the lock-step waves', mixed by the waves' share:
+    means, throughput (cycle times), the CDFs as mixtures; percentiles blended (the
+    share is near 0 or 1 but in a narrow passage)."""
+    w = lock["weight"]
+    x = 1.0 / (w / lock["x"] + (1.0 - w) / jnp.maximum(out["request_throughput_req_s"], 1e-30))
+    # clients beyond the slots wait for slots to free: S departures per cycle
+    wait = jnp.where(w > 0.0, slot_wait_closed * out["request_throughput_req_s"]
+                     / jnp.maximum(lock["x"], 1e-30), 0.0)
+
+    def mix(key, v):
+        return w * v + (1.0 - w) * out[key]
+
+    res = dict(out, ttft_s=mix("ttft_s", lock["ttft"] + wait), tpot_s=mix("tpot_s", lock["tpot"]),
+               e2e_s=mix("e2e_s", lock["e2e"] + wait),
+               queue_s=mix("queue_s", lock["ttft"] - lock["own"] + wait),
+               request_throughput_req_s=x, running_batch=mix("running_batch", lock["batch"]),
+               utilization=x / jnp.maximum(out["capacity_req_s"], 1e-30))
+    if not percentiles:
+        return res
+    first, wave = lock["first"] + wait, lock["wave"] + wait
+    width = jnp.maximum(wave - first, 1e-12)
+    tpot_lo, tpot_width = lock["tau"], jnp.maximum(lock["spread_s"], 1e-12)
+    for q in (50, 90, 99):
+        res[f"ttft_p{q}_s"] = mix(f"ttft_p{q}_s", first + q / 100.0 * (wave - first))
+        res[f"tpot_p{q}_s"] = mix(f"tpot_p{q}_s", tpot_lo + q / 100.0 * lock["spread_s"])
+        res[f"e2e_p{q}_s"] = mix(f"e2e_p{q}_s", lock["e2e"] + wait)
+    ttft_cdf, tpot_cdf = out["ttft_cdf"], out["tpot_cdf"]
+    res["ttft_cdf"] = lambda v: (w * jnp.clip((v - first) / width, 0.0, 1.0)
+                                 + (1.0 - w) * ttft_cdf(v))
+    res["tpot_cdf"] = lambda v: (w * jnp.clip((v - tpot_lo) / tpot_width, 0.0, 1.0)
+                                 + (1.0 - w) * tpot_cdf(v))
+    return res
 
 
