@@ -52,20 +52,28 @@ BACKENDS = {"trtllm": "tensorrt-llm", "sglang": "sglang", "vllm": "vllm"}
 # Upstream quantization modes, as precision words dse reads (rows.precision_bits).
 QUANT = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "nvfp4", "mxfp4": "mxfp4",
          "int4_wo": "int4", "w4afp8": "int4", "bf16": "bf16", "float16": "bf16"}
+UPSTREAM_COLUMNS = (
+    "id", "silicon_data_source", "backend", "backend_version", "model_path", "system", "mode",
+    "isl", "osl", "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size",
+    "attention_dp_size", "moe_tp_size", "moe_ep_size",
+    *(f"{p}_{k}" for p in ("prefill", "decode") for k in (
+        "batch_size", "num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size",
+        "moe_ep_size")), "silicon_ttft_ms", "silicon_tpot_ms")
 EXTRA_COLUMNS = ("framework_version", "gemm_quant", "moe_quant")
 FIELDS = (*COLUMNS[:-1], *LOAD_COLUMNS, *DISAGG_COLUMNS, *EXTRA_COLUMNS, "notes")
 
 
 def package_csv() -> tuple[Path, str]:
     """The installed aiconfigurator-core's silicon_sample.csv and the package version."""
+    from importlib.metadata import PackageNotFoundError, version
+    from importlib.resources import files
     try:
-        from importlib.metadata import version
-        from importlib.resources import files
         path = Path(str(files("aiconfigurator_core") / "systems" / "silicon_sample.csv"))
         return path, version("aiconfigurator-core")
-    except (ImportError, ModuleNotFoundError) as e:
-        raise SystemExit(f"dse: error: aiconfigurator-core is not installed ({e}); "
-                         "pip install aiconfigurator-core, or pass --csv PATH --version V")
+    except (ImportError, PackageNotFoundError) as e:
+        print(f"dse: error: aiconfigurator-core is not installed ({e}): pip install "
+              "'dse[silicon]', or pass --csv PATH --version V", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _int(text: str) -> int | None:
@@ -145,9 +153,16 @@ def convert(src, dst, version: str) -> int:
     CSV ``src``; returns the number of upstream runs. Written to a temporary file and
     moved into place."""
     from ..atomic import atomic_path
+    from ..errors import InputError
     src, dst = Path(src), Path(dst)
     with src.open(newline="", encoding="utf-8") as f:
-        runs = list(csv.DictReader(f))
+        reader = csv.DictReader(f)
+        missing = [c for c in UPSTREAM_COLUMNS if c not in (reader.fieldnames or ())]
+        if missing:
+            raise InputError(str(src), missing[0], "column missing",
+                             "the columns of aiconfigurator-core's silicon_sample.csv: "
+                             + ", ".join(UPSTREAM_COLUMNS))
+        runs = list(reader)
     with atomic_path(dst) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, FIELDS, lineterminator="\n")
         writer.writeheader()
@@ -170,7 +185,16 @@ def main(argv=None) -> int:
         src, version = Path(a.csv), a.version
     else:
         src, version = package_csv()
-    n = convert(src, a.output, version)
+    if not src.is_file():
+        print(f"dse: error: {src}: file not found (the upstream silicon_sample.csv)",
+              file=sys.stderr)
+        return 2
+    from ..errors import InputError
+    try:
+        n = convert(src, a.output, version)
+    except InputError as e:
+        print(str(e) if str(e).startswith("dse:") else f"dse: error: {e}", file=sys.stderr)
+        return 2
     print(f"{n} runs of aiconfigurator-core {version} -> {a.output} ({2 * n} rows)")
     return 0
 

@@ -85,3 +85,17 @@ def test_the_shipped_conversion_is_whole():
     assert all(r["source"].startswith("aiconfigurator-core 0.12.0") for r in rows)
     assert all(float(r["value"]) > 0 for r in rows)
     assert sum(r["serving"] == "disagg" for r in rows) == 2 * 1602
+
+
+def test_an_upstream_file_without_a_column_is_refused_in_one_line(tmp_path, capsys):
+    """A newer release that renames a column: exit code 2, one line naming the file and
+    the column, and no output file."""
+    from dse.validate.silicon import main
+    src = tmp_path / "silicon_sample.csv"
+    src.write_text(UPSTREAM.replace("silicon_concurrency", "concurrency").replace(
+        "silicon_ttft_ms", "ttft_ms", 1))
+    out = tmp_path / "out.csv"
+    assert main(["--csv", str(src), "--version", "9.9", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(src) in err[0] and "silicon_ttft_ms: column missing" in err[0]
+    assert not out.exists() and list(tmp_path.iterdir()) == [src]
