@@ -154,20 +154,33 @@ def _choose_layouts(cases: list[Case]) -> tuple[list[Case], np.ndarray, np.ndarr
 
 
 def calibration_vector(prob: Problem, cal: C.Calibration | None) -> np.ndarray:
-    """The problem's parameter vector from a calibration (frameworks or families it does
-    not know start at the fit's starting point)."""
+    """The problem's parameter vector from a calibration: a framework it has no fit of runs
+    under the fit a study would give it (SGLang: vLLM's, then generic's;
+    dse.catalogue.frameworks), else the fit's starting point; a family it does not know
+    takes the nearest it has."""
     start = F.start(prob)
     if cal is None:
         return start.theta
     base, offset = start.base.copy(), start.offset.copy()
     for i, fw in enumerate(prob.frameworks):
-        if fw in cal.frameworks:
-            base[i] = cal.base[cal.frameworks.index(fw)]
+        fit = calibration_fit(fw, cal.frameworks)
+        if fit is not None:
+            base[i] = cal.base[cal.frameworks.index(fit)]
     for g, fam in enumerate(prob.families):
         near = C.nearest_family(fam, cal.families)
         if near is not None:
             offset[g] = cal.offset[cal.families.index(near)]
     return np.concatenate([base.ravel(), offset.ravel()])
+
+
+def calibration_fit(framework: str, fitted) -> str | None:
+    """The fit among ``fitted`` that rows of ``framework`` (a row's name: "tensorrt-llm",
+    "sglang", ...) run under: its own, else its engine's chain, else None."""
+    from ..catalogue.frameworks import ALIASES, FRAMEWORKS, calibration_name
+    if framework in fitted:
+        return framework
+    engine = FRAMEWORKS.get(ALIASES.get(framework, framework))
+    return None if engine is None else calibration_name(engine, fitted)
 
 
 def _ape(pred, measured):

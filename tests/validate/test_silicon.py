@@ -99,3 +99,27 @@ def test_an_upstream_file_without_a_column_is_refused_in_one_line(tmp_path, caps
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(src) in err[0] and "silicon_ttft_ms: column missing" in err[0]
     assert not out.exists() and list(tmp_path.iterdir()) == [src]
+
+
+def test_rows_of_a_framework_without_a_fit_run_under_the_fit_a_study_gives_it(tmp_path):
+    """The shipped calibration has no SGLang fit; a study runs SGLang under vLLM's
+    (dse.catalogue.frameworks), and so does validate: a static row named SGLang is
+    predicted exactly as the same row named vLLM (once it ran at the fit's starting
+    point)."""
+    from dse.validate import validate
+    from dse.validate.rows import COLUMNS, LOAD_COLUMNS
+    from dse.validate.validation import calibration_fit
+
+    from ..helpers import write_csv
+
+    assert calibration_fit("sglang", ("vllm", "generic")) == "vllm"
+    assert calibration_fit("tensorrt-llm", ("generic",)) == "generic"
+    assert calibration_fit("megatron", ("vllm",)) is None
+    row = dict(dict.fromkeys(COLUMNS + LOAD_COLUMNS, ""), kind="serving_throughput",
+               source="test", model="meta-llama/Llama-3.1-8B-Instruct", hardware="h100-sxm",
+               precision="fp8", input_len="1024", output_len="1024", batch="64",
+               metric="output_tokens_per_s", value="5000")
+    rows = [dict(row, id=f"t-{fw}", framework=fw) for fw in ("sglang", "vllm")]
+    v = validate(write_csv(tmp_path / "rows.csv", COLUMNS + LOAD_COLUMNS, rows))
+    sglang, vllm = v.predictions["calibrated"]
+    assert sglang == vllm
