@@ -379,7 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verbs.add_parser("calibrate", help="fit a calibration to measured runs by gradient "
                          "descent through the evaluator")
-    p.add_argument("data", help="CSV in the schema of measured_public.csv")
+    p.add_argument("data", nargs="+", help="CSVs in the schema of measured_public.csv "
+                   "(serving_latency rows fit each framework's frontend)")
     p.add_argument("-o", "--output", required=True, help="calibration file to write (.toml)")
     p.add_argument("--steps", type=int, default=600, help="Adam steps (default: %(default)s)")
     p.add_argument("--framework", help="fit every row as one framework of this name (generic: "

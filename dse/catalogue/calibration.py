@@ -15,6 +15,10 @@ step_overhead_s       host seconds per serving-engine step (scheduling, sampling
                       input preparation), whatever the batch (inference only)
 seq_overhead_s        host seconds per running sequence per engine step (block
                       tables, sampling, detokenization: grows with the batch)
+request_overhead_s    host seconds per request outside the engine steps (HTTP
+                      server, tokenizer, admission, detokenizer, the client):
+                      in TTFT and E2E under a request load (``frontend_s``);
+                      fitted on serving-latency rows (:mod:`dse.validate.frontend`)
 ====================  =========================================================
 
 Parameters live in an unconstrained space (logits for fractions, logs for the
@@ -53,6 +57,8 @@ PARAMS = {
     "layer_overhead_s": ("log", 0.0, "s", "fixed seconds per layer per forward pass"),
     "step_overhead_s": ("log", 0.0, "s", "host seconds per serving-engine step"),
     "seq_overhead_s": ("log", 0.0, "s", "host seconds per running sequence per engine step"),
+    "request_overhead_s": ("log", 0.0, "s", "host seconds per request outside the engine "
+                           "steps (frontend: HTTP, tokenizer, detokenizer, client)"),
 }
 NAMES = tuple(PARAMS)
 # Where a fit starts (and what its weak prior pulls toward): typical values for
@@ -62,7 +68,9 @@ NAMES = tuple(PARAMS)
 # few us per running sequence).
 START = {"gemm_efficiency": 0.7, "gemm_half_rows": 64.0, "attention_efficiency": 0.5,
          "hbm_efficiency": 0.8, "link_efficiency": 0.8, "layer_overhead_s": 20e-6,
-         "step_overhead_s": 200e-6, "seq_overhead_s": 2e-6}
+         "step_overhead_s": 200e-6, "seq_overhead_s": 2e-6,
+         # no static row sees it: a fit without serving-latency rows keeps this floor
+         "request_overhead_s": 1e-3}
 
 
 # Hardware families (architecture generation; GeForce parts apart, since their tensor

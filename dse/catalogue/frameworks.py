@@ -88,6 +88,16 @@ def resolve(name: str, file, key: str) -> Framework:
     return FRAMEWORKS[low]
 
 
+def fit_of(name: str, fitted) -> str | None:
+    """The fit among ``fitted`` that rows or studies of the framework ``name`` (as
+    measured rows name it: "tensorrt-llm", "sglang", "megatron", ...) run under: its own,
+    else the next of its engine's chain (SGLang: vLLM's, then generic's), else None."""
+    if name in fitted:
+        return name
+    engine = FRAMEWORKS.get(ALIASES.get(name, name))
+    return None if engine is None else calibration_name(engine, fitted)
+
+
 def calibration_name(framework: Framework, available) -> str | None:
     """The fit of a calibration with these ``available`` frameworks the framework runs
     under (None: none of its own; the caller falls back and says so)."""

@@ -49,6 +49,7 @@ class HardwareSpec:
     layer_overhead_s: Any = dataclasses.field(default=0.0, metadata=dict(calibration=True))
     step_overhead_s: Any = dataclasses.field(default=0.0, metadata=dict(calibration=True))
     seq_overhead_s: Any = dataclasses.field(default=0.0, metadata=dict(calibration=True))
+    request_overhead_s: Any = dataclasses.field(default=0.0, metadata=dict(calibration=True))
     # How the serving framework schedules on this device (dse.catalogue.frameworks): 1 runs
     # prefill steps apart from decode steps; its running-batch cap and token budget per
     # step when a study leaves max_num_seqs / max_num_tokens at 0

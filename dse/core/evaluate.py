@@ -114,7 +114,7 @@ def _serving(p: InferencePoint, hw: HardwareSpec) -> Serving:
                    jnp.where(p.max_num_tokens > 0.0, p.max_num_tokens,
                              hw.default_max_num_tokens),
                    hw.prefill_separate, p.prefix_cache_hit, p.input_len_cv, p.output_len_cv,
-                   p.ttft_slo_s, p.tpot_slo_s)
+                   p.ttft_slo_s, p.tpot_slo_s, hw.request_overhead_s)
 
 
 def inference_reasons(m: ModelSpec, p: InferencePoint, fits, draft: ModelSpec | None,
@@ -274,7 +274,7 @@ def _evaluate_disagg(p: InferencePoint, models: ModelSpec, hardware: HardwareSpe
 
 # The outputs of disaggregated points only, and what such a point needs of its pools
 DISAGG_ONLY = tuple(k for k, o in OUTPUTS["inference"].items() if o.feature == "disagg")
-DISAGG_NEEDS = ("ttft_s", "tpot_s", "e2e_s", "queue_s", "ttft_p50_s", "ttft_p90_s",
+DISAGG_NEEDS = ("ttft_s", "tpot_s", "e2e_s", "queue_s", "frontend_s", "ttft_p50_s", "ttft_p90_s",
                 "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "e2e_p50_s",
                 "e2e_p90_s", "e2e_p99_s", "capacity_req_s", "energy_per_tok_j",
                 "throughput_tok_s", "fits")

@@ -83,39 +83,55 @@ def _under_load(m, s, p, w, sv, rates, par, o, features, capacity, weights, powe
         return jnp.where(over, nan, v)
 
     n_devices = static["n_devices"]
-    requests = jnp.where(over, res["capacity_req_s"], res["request_throughput_req_s"]) * par.dp
+    # the frontend (HTTP server, tokenizer, detokenizer, the client) adds its time to every
+    # request's TTFT and E2E; a closed loop's clients spend it outside the engine, which
+    # then runs fewer of them: X = min(X_engine, c / (n / X_engine + f)), n the clients
+    # in the engine (at most its slots)
+    front = sv.frontend_s + 0.0 * res["ttft_s"]
+    clients = sv.concurrency / par.dp
+    x = res["request_throughput_req_s"]
+    in_engine = jnp.minimum(clients, jnp.maximum(jnp.minimum(sv.max_num_seqs, holds), 1.0))
+    x = jnp.where(sv.concurrency > 0.0, jnp.minimum(x, clients / jnp.maximum(
+        in_engine / jnp.maximum(x, 1e-30) + front, 1e-30)), x)
+    requests = jnp.where(over, res["capacity_req_s"], x) * par.dp
     throughput = requests * w.output_len
 
-    def meets(cdf, slo):
-        return jnp.where(slo > 0.0, cdf(slo), 1.0)
+    def meets(cdf, slo, shift=0.0):
+        return jnp.where(slo > shift, cdf(jnp.maximum(slo - shift, 1e-12)),
+                         jnp.where(slo > 0.0, 0.0, 1.0))
 
-    good = requests * meets(res["ttft_cdf"], sv.ttft_slo_s) * meets(res["tpot_cdf"], sv.tpot_slo_s)
-    in_system = res["request_throughput_req_s"] * res["e2e_s"]
+    good = (requests * meets(res["ttft_cdf"], sv.ttft_slo_s, front)
+            * meets(res["tpot_cdf"], sv.tpot_slo_s))
+    in_system = x * (res["e2e_s"] + front)
     busy = 1.0 - jnp.exp(-in_system)
     energy = n_devices * power.tdp_w * (power.static_share + (1.0 - power.static_share) * busy)
     kv = res["running_batch"] * per_seq
     out = dict(
-        ttft_s=latency(res["ttft_s"]), tpot_s=latency(res["tpot_s"]),
-        e2e_s=latency(res["e2e_s"]), queue_s=latency(res["queue_s"]),
+        ttft_s=latency(res["ttft_s"] + front), tpot_s=latency(res["tpot_s"]),
+        e2e_s=latency(res["e2e_s"] + front), queue_s=latency(res["queue_s"]),
+        frontend_s=front,
         throughput_tok_s=throughput, throughput_per_device_tok_s=throughput / n_devices,
         tokens_per_s_per_user=latency(1.0 / res["tpot_s"]),
         cost_per_mtok=n_devices * power.price_usd_per_s / throughput * 1e6,
         energy_per_tok_j=energy / throughput,
         request_throughput_req_s=requests, goodput_req_s=jnp.where(over, 0.0, good),
         goodput_req_per_usd=jnp.where(over, 0.0, good) / (n_devices * power.price_usd_per_s),
-        running_batch=res["running_batch"], utilization=res["utilization"],
+        running_batch=res["running_batch"],
+        utilization=jnp.where(sv.concurrency > 0.0, x / jnp.maximum(res["capacity_req_s"], 1e-30),
+                              res["utilization"]),
         capacity_req_s=res["capacity_req_s"] * par.dp,
         kv_cache_bytes=kv, activation_bytes=act, memory_bytes=weights + kv + act,
         fits=holds >= 1.0, max_batch=jnp.minimum(sv.max_num_seqs, holds),
         overloaded=over)
     for key in ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s",
                 "tpot_p99_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s"):
-        out[key] = latency(res[key])
+        out[key] = latency(res[key] + (0.0 if key.startswith("tpot") else front))
     # points without a load: the static batch, every request alike
     static_requests = par.dp * w.batch / static["e2e_s"]
     meets_static = (((sv.ttft_slo_s <= 0.0) | (static["ttft_s"] <= sv.ttft_slo_s))
                     & ((sv.tpot_slo_s <= 0.0) | (static["tpot_s"] <= sv.tpot_slo_s)))
-    fallback = dict(static, queue_s=0.0 * static["ttft_s"], running_batch=w.batch + 0.0 * res[
+    fallback = dict(static, queue_s=0.0 * static["ttft_s"], frontend_s=0.0 * front,
+                    running_batch=w.batch + 0.0 * res[
         "running_batch"], request_throughput_req_s=static_requests,
         goodput_req_s=jnp.where(meets_static, static_requests, 0.0),
         goodput_req_per_usd=jnp.where(meets_static, static_requests, 0.0) / (

@@ -210,6 +210,7 @@ class Serving(NamedTuple):
     output_len_cv: Any
     ttft_slo_s: Any  # 0: none
     tpot_slo_s: Any
+    frontend_s: Any = 0.0  # host seconds per request outside the engine steps
 
 
 class Power(NamedTuple):

@@ -87,6 +87,8 @@ INFERENCE = Registry({
     "e2e_p90_s": less("s", "90th percentile request latency under load", feature="load"),
     "e2e_p99_s": less("s", "99th percentile request latency under load", feature="load"),
     "queue_s": less("s", "mean wait before a request's first prefill step", feature="load"),
+    "frontend_s": less("s", "host time per request outside the engine steps (HTTP server, "
+                       "tokenizer, detokenizer, client), in TTFT and E2E", feature="load"),
     "running_batch": more("sequences", "mean sequences decoding per step, per replica",
                           feature="load"),
     "request_throughput_req_s": more("requests/s", "requests completed per second",

@@ -21,12 +21,14 @@ import jax
 import numpy as np
 
 from ..catalogue import calibration as C
+from ..catalogue.frameworks import fit_of
 from ..atomic import atomic_path
 from ..catalogue.lookup import load_hardware, roots
 from ..errors import InputError
 from ..schema.knobs import RECOMPUTE
 from ..schema.outputs import REASON_BITS
 from . import fit as F
+from . import frontend
 from .predict import Problem, predict_with_reasons, problem
 from .rows import KINDS, STATUSES, UNFITTED, Case, Skip, pooled, read
 
@@ -163,7 +165,7 @@ def calibration_vector(prob: Problem, cal: C.Calibration | None) -> np.ndarray:
         return start.theta
     base, offset = start.base.copy(), start.offset.copy()
     for i, fw in enumerate(prob.frameworks):
-        fit = calibration_fit(fw, cal.frameworks)
+        fit = fit_of(fw, cal.frameworks)
         if fit is not None:
             base[i] = cal.base[cal.frameworks.index(fit)]
     for g, fam in enumerate(prob.families):
@@ -171,16 +173,6 @@ def calibration_vector(prob: Problem, cal: C.Calibration | None) -> np.ndarray:
         if near is not None:
             offset[g] = cal.offset[cal.families.index(near)]
     return np.concatenate([base.ravel(), offset.ravel()])
-
-
-def calibration_fit(framework: str, fitted) -> str | None:
-    """The fit among ``fitted`` that rows of ``framework`` (a row's name: "tensorrt-llm",
-    "sglang", ...) run under: its own, else its engine's chain, else None."""
-    from ..catalogue.frameworks import ALIASES, FRAMEWORKS, calibration_name
-    if framework in fitted:
-        return framework
-    engine = FRAMEWORKS.get(ALIASES.get(framework, framework))
-    return None if engine is None else calibration_name(engine, fitted)
 
 
 def _ape(pred, measured):
@@ -404,6 +396,49 @@ def holdout_predictions(prob: Problem, steps: int = F.STEPS,
     return out
 
 
+# Serving rows' folds: their frontend is refitted without the held-out group.
+SERVING_FOLDS = dict({k: v for k, v in HOLDOUTS.items() if k != "source"},
+                     framework=("leave_one_framework_out", lambda c: c.framework))
+
+
+def frontend_holdout(prob: Problem, calibrated: np.ndarray, cal: C.Calibration,
+                     by) -> dict[str, np.ndarray]:
+    """Out-of-sample predictions of the serving-latency rows (dse.validate.frontend): a
+    mean-TTFT row's frontend refitted for its framework's fit on the rows outside its
+    group (leave one framework out: on every other framework's rows), added to its
+    engine TTFT; the other serving rows keep their calibrated prediction (TPOT depends
+    on no parameter fitted on serving rows; a closed loop's completed throughput moves a
+    little with the frontend, and is not refitted). Folds of ``by`` that serving rows
+    have (hardware, model, framework; not source: a serving file is one source)."""
+    serving = np.asarray([c.kind in UNFITTED for c in prob.cases])
+    ttft = np.asarray([frontend.fits_on(c) for c in prob.cases])
+    fits = np.asarray([fit_of(c.framework, cal.frameworks) or "" for c in prob.cases])
+    used = np.asarray([cal.values(f, c.hardware)[frontend.NAME] if f else 0.0
+                       for f, c in zip(fits, prob.cases)])
+    engine = calibrated * 1e-3 - used
+    measured = prob.measured * 1e-3
+    ok = ttft & np.isfinite(engine) & (engine > 0.0)
+    out = {}
+    for b in by:
+        if b not in SERVING_FOLDS:
+            continue
+        method, key = SERVING_FOLDS[b]
+        groups = np.asarray([key(c) for c in prob.cases])
+        pred = np.where(serving, calibrated, np.nan)
+        for g in dict.fromkeys(groups[ok]):
+            held = ok & (groups == g)
+            for fw in dict.fromkeys(fits[held]):
+                train = ok & (groups != g) & ((fits == fw) if b != "framework" else True)
+                rows = held & (fits == fw)
+                if train.any():
+                    f = frontend.fit_offset(engine[train], measured[train])
+                    pred[rows] = (engine[rows] + f) * 1e3
+                else:  # no other rows to fit on: no prediction
+                    pred[rows] = np.nan
+        out[method] = pred
+    return out
+
+
 def validate(data, calibration=None, holdout: bool = False, steps: int = F.STEPS,
              framework: str | None = None, holdout_by=tuple(HOLDOUTS)) -> Validation:
     """Predict every row of ``data`` (a CSV in the measured_public schema).
@@ -430,14 +465,21 @@ def validate(data, calibration=None, holdout: bool = False, steps: int = F.STEPS
     predictions = {"calibrated": np.asarray(calibrated), "roofline": np.asarray(roofline)}
     if holdout:
         # refits use the kinds a calibration is fitted on; the others (UNFITTED) are held
-        # out of every fit already: their calibrated prediction is out of sample
+        # out of every static fit already: their calibrated prediction is out of sample,
+        # but for the frontend, fitted on serving TTFT rows, refitted per fold
         fitted = np.asarray([c.kind not in UNFITTED for c in prob.cases])
+        by = tuple(holdout_by)
         if fitted.any():
             sub = build_problem([c for c, f in zip(prob.cases, fitted) if f], cal)
-            for method, pred in holdout_predictions(sub, steps, holdout_by).items():
+            for method, pred in holdout_predictions(sub, steps, by).items():
                 full = np.full(prob.size, np.nan)
                 full[fitted] = pred
                 predictions[method] = full
+        if (~fitted).any():
+            for method, pred in frontend_holdout(prob, predictions["calibrated"], cal,
+                                                 (*by, "framework")).items():
+                full = predictions.setdefault(method, np.full(prob.size, np.nan))
+                full[~fitted] = pred[~fitted]
     return Validation(list(prob.cases), skips, predictions, np.asarray(reasons), cal.file,
                       str(data))
 

@@ -108,7 +108,7 @@ def test_rows_of_a_framework_without_a_fit_run_under_the_fit_a_study_gives_it(tm
     point)."""
     from dse.validate import validate
     from dse.validate.rows import COLUMNS, LOAD_COLUMNS
-    from dse.validate.validation import calibration_fit
+    from dse.catalogue.frameworks import fit_of as calibration_fit
 
     from ..helpers import write_csv
 

@@ -252,6 +252,6 @@ def test_study_calibration_errors(tmp_path):
 
     text = DECODE_STUDY.format(cal=default_calibration())
     with pytest.raises(InputError, match="study.framework"):
-        parse_study(text.replace('"llama.cpp"', '"sglang"'), "s.toml")
+        parse_study(text.replace('"llama.cpp"', '"lmdeploy"'), "s.toml")
     with pytest.raises(InputError, match="study.calibration"):
         parse_study(text.replace(str(default_calibration()), "missing.toml"), "s.toml")
