@@ -23,6 +23,7 @@ import dataclasses
 import numpy as np
 
 from ..catalogue import calibration as C
+from ..catalogue.frameworks import fit_of
 
 GRID = np.geomspace(1e-4, 10.0, 481)
 NAME = "request_overhead_s"
@@ -53,8 +54,6 @@ def with_frameworks(cal: C.Calibration, frameworks) -> C.Calibration:
     """``cal`` with a fit for each of ``frameworks`` it lacks: a copy of the fit a study
     would give that framework (its engine's chain), covariance included (the copy moves
     with its source); one that has none is left out."""
-    from ..catalogue.frameworks import fit_of
-
     add = [(fw, fit) for fw in dict.fromkeys(frameworks) if fw not in cal.frameworks
            and (fit := fit_of(fw, cal.frameworks)) is not None]
     if not add:
@@ -83,7 +82,8 @@ def set_frontend(cal: C.Calibration, values: dict[str, float],
                  variances: dict[str, float] | None = None) -> C.Calibration:
     """``cal`` with ``request_overhead_s`` = values[framework] (seconds) for those
     frameworks, its family offsets 0 (host software, not the device), and, given
-    ``variances`` (of log f), those as its variance, uncorrelated."""
+    ``variances`` (of log f), those as its variance, uncorrelated, and the offsets'
+    variance 0."""
     base, offset = cal.base.copy(), cal.offset.copy()
     for fw, value in values.items():
         base[cal.frameworks.index(fw), INDEX] = C.to_unconstrained(NAME, max(value, ZERO))
@@ -92,6 +92,11 @@ def set_frontend(cal: C.Calibration, values: dict[str, float],
     if cov is not None and variances:
         cov = cov.copy()
         n_p = len(C.NAMES)
+        n_base = len(cal.frameworks) * n_p
+        # the family offsets of the frontend are 0 and stay so in every draw
+        for j in n_base + INDEX + n_p * np.arange(len(cal.families)):
+            cov[j, :] = 0.0
+            cov[:, j] = 0.0
         for fw, var in variances.items():
             j = cal.frameworks.index(fw) * n_p + INDEX
             cov[j, :] = 0.0
