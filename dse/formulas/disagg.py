@@ -83,17 +83,17 @@ def combine(rate, out_len, prefill: dict, decode: dict, workers_p, workers_d, tr
     def latency(v):
         return jnp.where(over, nan, v)
 
-    pre_time = jnp.maximum(prefill["ttft_s"] - prefill["queue_s"]
-                           - prefill.get("frontend_s", 0.0), 0.0)
+    pre_time = jnp.maximum(prefill["ttft_s"] - prefill["queue_s"] - prefill["frontend_s"],
+                           0.0)
     exposed = exposed_transfer_s(transfer, pre_time, overlap, n_layers)
     wait = decode["queue_s"]
     ttft = prefill["ttft_s"] + exposed + wait
     # the frontend once, with the prompt (the prefill worker's TTFT counts it; the decode
     # worker's E2E counts it again)
-    once = decode.get("frontend_s", 0.0)
+    once = decode["frontend_s"]
     rest = jnp.maximum(decode["e2e_s"] - wait - once, 0.0)
     out = dict(ttft_s=ttft, tpot_s=decode["tpot_s"], e2e_s=ttft + rest,
-               queue_s=prefill["queue_s"] + wait, frontend_s=prefill.get("frontend_s", 0.0 * ttft))
+               queue_s=prefill["queue_s"] + wait, frontend_s=prefill["frontend_s"])
     for q in ("p50", "p90", "p99"):
         out[f"ttft_{q}_s"] = prefill[f"ttft_{q}_s"] + exposed + wait
         out[f"tpot_{q}_s"] = decode[f"tpot_{q}_s"]

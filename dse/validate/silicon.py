@@ -167,7 +167,12 @@ def convert(src, dst, version: str) -> int:
         writer = csv.DictWriter(f, FIELDS, lineterminator="\n")
         writer.writeheader()
         for run in runs:
-            writer.writerows(convert_row(run, version))
+            try:
+                writer.writerows(convert_row(run, version))
+            except ValueError as e:  # a mode or value a newer release added
+                raise InputError(str(src), f"row {run['id']}", str(e),
+                                 "the modes of dse.validate.silicon: " + ", ".join(QUANT)
+                                 + "; agg or disagg; numbers in the size columns") from None
     return len(runs)
 
 

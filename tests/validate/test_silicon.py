@@ -123,3 +123,17 @@ def test_rows_of_a_framework_without_a_fit_run_under_the_fit_a_study_gives_it(tm
     v = validate(write_csv(tmp_path / "rows.csv", COLUMNS + LOAD_COLUMNS, rows))
     sglang, vllm = v.predictions["calibrated"]
     assert sglang == vllm
+
+
+def test_an_unknown_quantization_mode_is_refused_in_one_line(tmp_path, capsys):
+    """A quantization mode a newer release adds: exit code 2, one line naming the file,
+    the row and the mode, and no output file."""
+    from dse.validate.silicon import main
+    src = tmp_path / "silicon_sample.csv"
+    src.write_text(UPSTREAM.replace(",fp8,fp8,128,4,", ",mxfp8,mxfp8,128,4,"))
+    out = tmp_path / "out.csv"
+    assert main(["--csv", str(src), "--version", "9.9", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(src) in err[0] and "mxfp8" in err[0]
+    assert "minimaxm2_5_b300_vllm_fp8_agg_1024x1024_c512_cfg734" in err[0]
+    assert not out.exists() and list(tmp_path.iterdir()) == [src]
