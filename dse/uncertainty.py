@@ -18,6 +18,7 @@ import xarray as xr
 from .catalogue.calibration import sample_specs
 from .catalogue.hardware import CALIBRATION_FIELDS, HardwareSpec
 from .core.evaluator import Evaluator
+from .core.fusion import jit
 from .errors import InputError
 from .results.dataset import coords, provenance
 from .run.chunks import chunk_point, plan
@@ -59,7 +60,7 @@ def bands(study: Study | str | Path, samples: int = 64, quantiles=(0.05, 0.5, 0.
                            for f in dataclasses.fields(HardwareSpec)})
     point = chunk_point(study, plan(study.shape, max(study.size, 1))[0])
     with evaluator.precision():
-        out = jax.jit(jax.vmap(lambda hw: evaluator.traced(point, hardware=hw),
+        out = jit(jax.vmap(lambda hw: evaluator.traced(point, hardware=hw),
                                in_axes=(axes,)))(hardware)
     dims = ("quantile",) + tuple(a.name for a in study.dims)
     q = np.asarray(quantiles, np.float64)

@@ -13,7 +13,7 @@ import dse
 import jax
 import pytest
 
-dse.configure_xla()  # before anything starts JAX: host devices and kept barriers
+dse.configure_xla()  # before anything starts JAX: host devices
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")

@@ -8,7 +8,6 @@ in what they feed it: a grid of broadcast arrays, a vector of trials, or tangent
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 
 import jax
@@ -27,7 +26,7 @@ from ..formulas.types import (Bits, Job, Layout, ModelSpec, Options, Parallel, P
 from ..schema.knobs import InferencePoint, PipelinePoint, TrainingPoint
 from ..schema.outputs import OUTPUTS, REASON_BITS
 from . import staging
-from .fusion import XLA_CPU
+from .fusion import XLA_CPU, jit
 
 
 def take(table, index):
@@ -416,7 +415,7 @@ def outputs(point, models, hardware, mode: str, names: tuple[str, ...],
     return out
 
 
-@functools.partial(jax.jit, static_argnames=("mode", "names", "features"))
+@jit(static_argnames=("mode", "names", "features"))
 def evaluate(point, models: ModelSpec, hardware: HardwareSpec, mode: str = "inference",
              names: tuple[str, ...] | None = None, features: frozenset = frozenset()) -> dict:
     """Evaluate the outputs ``names`` of ``mode`` at ``point``.

@@ -6,9 +6,12 @@ latency, throughput, cost, energy) would re-derive the whole operator chain behi
 them, and both sides of a decode step the mean attention roofline. The formulas mark
 those values (:class:`dse.formulas.types.Hints`); here a mark is an optimization
 barrier, which ends the fusion at the value so it is computed once into memory. XLA:CPU
-drops barriers before fusion unless its ``cse_barrier_expander`` pass is disabled
-(:mod:`dse.run.xla` does that when a run starts). The values are the same with or
-without the barriers (to the last place or so); only the speed differs.
+drops barriers before fusion unless its ``cse_barrier_expander`` pass is disabled, which
+:func:`jit` asks of the programs it compiles for the CPU (XLA option
+``xla_disable_hlo_passes``, per program rather than in ``XLA_FLAGS``): other backends keep
+that pass, since their emitters have no instruction for a barrier that reaches them
+(XLA:GPU fails with "Unsupported instruction opcode: opt-barrier"). The values are the
+same with or without the barriers (to the last place or so); only the speed differs.
 
 The order of a phase's sum matters too: XLA:CPU's cost per point of a fused sum follows
 the number of operands it reads at the sum's shape, so once a component over more axes
@@ -21,9 +24,14 @@ measured effect of both choices.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 
 from ..formulas.types import Hints
+
+CPU_OPTIONS = {"xla_disable_hlo_passes": "cse_barrier_expander"}
+"""XLA options of a program compiled for the CPU: barriers kept through fusion."""
 
 
 def computed_once(*arrays):
@@ -32,3 +40,39 @@ def computed_once(*arrays):
 
 
 XLA_CPU = Hints(once=computed_once, sum_last=("kv_cache", "attention"))
+
+
+def compiler_options(platform: str) -> dict:
+    """The XLA options dse compiles a program with on ``platform`` ("cpu", "gpu",
+    "cuda", "rocm", "tpu", ...): the CPU's fusion barriers; nothing elsewhere."""
+    return dict(CPU_OPTIONS) if platform == "cpu" else {}
+
+
+class jit:  # noqa: N801 (used like jax.jit, also as a decorator)
+    """``jax.jit(fn, **kwargs)`` compiled with :func:`compiler_options` of the backend
+    that runs it: JAX's default backend at the call (one jitted function per backend,
+    made at its first call). Called inside another transformation, it is a plain nested
+    ``jax.jit``: JAX takes compiler options at the top level only."""
+
+    def __init__(self, fn=None, **kwargs):
+        self._fn, self._kwargs, self._by_platform = fn, kwargs, {}
+        if fn is not None:
+            functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        if self._fn is None:  # @jit(static_argnames=...)
+            return jit(args[0], **self._kwargs)
+        if any(isinstance(x, jax.core.Tracer)
+               for x in jax.tree_util.tree_leaves((args, kwargs))):
+            return self.on(None)(*args, **kwargs)  # nested: the outer program's options
+        return self.on(jax.default_backend())(*args, **kwargs)
+
+    def on(self, platform: str | None):
+        """The jitted function for ``platform`` (None: inside another program, which JAX
+        compiles with its own options)."""
+        fn = self._by_platform.get(platform)
+        if fn is None:
+            fn = self._by_platform[platform] = jax.jit(
+                self._fn, compiler_options=platform and compiler_options(platform) or None,
+                **self._kwargs)
+        return fn

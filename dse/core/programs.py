@@ -8,7 +8,8 @@ process with the same program deserializes it and calls it, and XLA's compilatio
 cache supplies the compiled executable. Nothing is traced.
 
 A program is keyed by everything that shapes it: dse's source, dse's and JAX's
-versions, what is evaluated (:func:`call`: the mode, the outputs, the features, the
+versions, the backend it is lowered for (an exported program runs on the platform it
+was lowered for), what is evaluated (:func:`call`: the mode, the outputs, the features, the
 precision; :func:`run`: any top-level function and its static arguments, such as a
 sensitivity's differentiated evaluation or an inverse query's bisection), and the
 shapes and dtypes of every input leaf (the point's knobs and the spec tables). The
@@ -34,6 +35,7 @@ from pathlib import Path
 import jax
 
 from .._version import __version__
+from .fusion import jit
 
 _LOADED: dict[str, object] = {}  # key -> the jitted call of a program in this process
 
@@ -76,7 +78,8 @@ def canonical(value) -> str:
 
 
 def _key(identity: str, leaves, treedef) -> str:
-    parts = [source(), identity, str(jax.config.jax_enable_x64), str(treedef)]
+    parts = [source(), identity, jax.default_backend(), str(jax.config.jax_enable_x64),
+             str(treedef)]
     parts += [f"{tuple(x.shape)}:{x.dtype}" for x in leaves]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
@@ -97,7 +100,7 @@ def run(fn, identity: str, *args):
     key = _key(identity, leaves, treedef)
     call = _LOADED.get(key)
     if call is None:
-        call = _LOADED[key] = jax.jit(_program(fn, folder, key, leaves, treedef).call)
+        call = _LOADED[key] = jit(_program(fn, folder, key, leaves, treedef).call)
     return call(*leaves)
 
 

@@ -60,13 +60,12 @@ def _prepared(study, kind: str, spec=None, names=None) -> dict:
             _pin_to_core()
         prep = {"chunks": plan(study.shape, chunk_budget(study))}
         if kind == "reduce":
-            import jax
-
+            from ..core.fusion import jit
             from .reduction import chunk_kernel
 
             prep["evaluator"] = Evaluator.of(study, spec.inputs)
             axis = prep["chunks"][0].axis
-            prep["fn"] = jax.jit(chunk_kernel(study, prep["evaluator"], spec, axis))
+            prep["fn"] = jit(chunk_kernel(study, prep["evaluator"], spec, axis))
         else:
             prep["evaluator"] = Evaluator.of(study, names)
         _PREPARED.clear()  # one study at a time per worker

@@ -54,8 +54,14 @@ def host_devices() -> list:
 
 
 def local_devices(study) -> list | None:
-    """The host devices a streamed sweep spreads its chunks over (None: the default
-    device): all of them once the sweep repays their compilation."""
+    """The devices a streamed sweep spreads its chunks over (None: the default device),
+    once the sweep repays their compilation: on the CPU every host device; where JAX's
+    default backend is an accelerator, its devices (several GPUs, say), never the host."""
     if study.size * study.evaluation_width < MULTI_DEVICE_MIN_POINTS:
         return None
+    import jax
+
+    if jax.default_backend() != "cpu":
+        accelerators = jax.local_devices()
+        return accelerators if len(accelerators) > 1 else None
     return host_devices()

@@ -1,31 +1,31 @@
 """What dse asks of XLA, set when a run starts (or by an explicit :func:`configure`), not
-when dse is imported. XLA reads ``XLA_FLAGS`` once, when its backend starts:
+when dse is imported. XLA reads ``XLA_FLAGS`` once, when its backend starts, and the
+flags apply to every backend in the process (the host's CPU and any GPU or TPU), so dse
+sets only one, harmless on every backend:
 
-- one host device per usable core (:mod:`dse.run.devices`);
-- optimization barriers kept through fusion. The evaluator marks the few values many
-  full-grid outputs derive from (:mod:`dse.core.fusion`) and the small values that
-  grid-sized kernels read (:mod:`dse.core.staging`) with
-  ``jax.lax.optimization_barrier``; XLA:CPU removes barriers before fusion (its
-  ``cse_barrier_expander`` pass) unless that pass is disabled. Values are the same either
-  way (to the last place or so); only the speed differs.
+- one host device per usable core (:mod:`dse.run.devices`), for sweeps on the CPU.
+
+What is the CPU's alone, the optimization barriers kept through fusion, is an option of
+each program compiled for the CPU (:func:`dse.core.fusion.jit`), never a flag: XLA:GPU
+has no instruction for a barrier that survives to its emitter.
 
 Every runner in :mod:`dse.run` calls :func:`configure` before it evaluates, and the CLI
 at start. If JAX's backend has already started (something ran in JAX first), nothing is
-changed and one warning says so; call :func:`configure` (``dse.configure_xla()``) before
-running anything in JAX to avoid it. A flag ``XLA_FLAGS`` already sets is left as set.
+changed: a sweep then uses one host device (same values). A flag ``XLA_FLAGS`` already
+sets is left as set.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import warnings
 from pathlib import Path
 
 from . import devices
 
-KEEP_BARRIERS = "--xla_disable_hlo_passes=cse_barrier_expander"
-_WARNED: list[bool] = []
+CPU_ONLY_PREFIXES = ("--xla_disable_hlo_passes", "--xla_cpu_")
+"""Flags dse never sets in ``XLA_FLAGS``: they bind every backend, and the passes and
+switches they name are the CPU's (tests/run)."""
 
 
 def backend_started() -> bool:
@@ -40,26 +40,23 @@ def backend_started() -> bool:
         return True  # cannot tell: assume started, change nothing
 
 
-def configure() -> None:
-    """Add dse's flags to ``XLA_FLAGS`` (this process and its children), if XLA has not
-    started yet; otherwise warn once when the barriers are not kept."""
-    if backend_started():
-        if KEEP_BARRIERS not in os.environ.get("XLA_FLAGS", "") and not _WARNED:
-            _WARNED.append(True)
-            warnings.warn(
-                "dse: JAX started before dse configured XLA, so XLA drops the evaluator's "
-                "optimization barriers: same values, sweeps 2-3x slower. Call "
-                "dse.configure_xla() before running anything in JAX, or set "
-                f"XLA_FLAGS={KEEP_BARRIERS}", stacklevel=3)
-        return
-    flags = os.environ.get("XLA_FLAGS", "").split()
-    if not any(f.startswith("--xla_disable_hlo_passes") for f in flags):
-        flags.append(KEEP_BARRIERS)
+def flags(current: str = "") -> list[str]:
+    """``XLA_FLAGS`` as dse sets it from ``current``: the user's flags, and one host device
+    per usable core unless they set a count."""
+    flags = current.split()
     if not any(f.startswith(devices.FLAG) for f in flags):
         count = devices.requested_count()
         if count > 1:
             flags.append(f"{devices.FLAG}={count}")
-    joined = " ".join(flags)
+    return flags
+
+
+def configure() -> None:
+    """Add dse's flags to ``XLA_FLAGS`` (this process and its children), if XLA has not
+    started yet."""
+    if backend_started():
+        return
+    joined = " ".join(flags(os.environ.get("XLA_FLAGS", "")))
     if os.environ.get("XLA_FLAGS") != joined:
         os.environ["XLA_FLAGS"] = joined
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-import jax
 import numpy as np
 import xarray as xr
 
 from ..core import programs
 from ..core.evaluate import take
 from ..core.evaluator import Evaluator
+from ..core.fusion import jit
 from ..core.trace import dependencies, function_dependencies
 from ..results.dataset import coords, provenance
 from ..run.memory import run_function
@@ -147,7 +147,7 @@ def _inverse(study: Study, evaluator: Evaluator, cfg: SensitivityConfig, progres
     }, coords={"query": labels})
 
 
-@functools.partial(jax.jit, static_argnames=("query", "mode", "features"))
+@jit(static_argnames=("query", "mode", "features"))
 def _answer(point, models, hardware, query, mode, features):
     scale, attainable = required_scale(point, models, hardware, query, mode, features)
     field = _VALUE_FIELD[query.param][0]

@@ -22,13 +22,13 @@ elasticity 0 to it, which the finite difference also shows).
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from ..core.evaluator import Evaluator
+from ..core.fusion import jit
 from ..study.sensitivity import KINK_SIGNATURE, PARAMS
 
 EPS = {"float64": 1e-7, "float32": 1e-3}
@@ -66,7 +66,7 @@ class Spec(NamedTuple):
     features: frozenset
 
 
-@functools.partial(jax.jit, static_argnames=("spec",))
+@jit(static_argnames=("spec",))
 def sensitivities(point, models, hardware, spec: Spec) -> dict:
     """Every sensitivity output for one block of points; outputs lead with hw_param."""
     metrics, params, delta, eps = spec.metrics, spec.params, spec.delta, spec.eps

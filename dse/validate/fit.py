@@ -20,6 +20,7 @@ import numpy as np
 from jax.example_libraries import optimizers
 
 from ..catalogue import calibration as C
+from ..core.fusion import jit
 from .predict import Problem, predict
 
 SIGMA0 = 0.10  # assumed log error of one row in the MAP objective (10%)
@@ -84,7 +85,7 @@ def fit_folds(prob: Problem, includes: np.ndarray, steps: int = STEPS,
             state, history = jax.lax.scan(step, init(theta0), jnp.arange(steps, dtype=theta0.dtype))
             return params(state), history
 
-        theta, history = jax.jit(jax.vmap(one))(weights)
+        theta, history = jit(jax.vmap(one))(weights)
         return np.asarray(theta), np.asarray(history)
 
 

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from dse.core import evaluate as E, programs
+from dse.core import evaluate as E, fusion, programs
 from dse.core.evaluator import Evaluator
 from dse.run.chunks import chunk_point, plan
 from dse.study import parse_study
@@ -45,7 +45,7 @@ def test_a_kept_program_gives_the_traced_values_bit_for_bit(kept, monkeypatch, d
     ev = Evaluator.of(study)
     point = chunk_point(study, plan(study.shape, 1 << 20)[0])
     with ev.precision():
-        fresh = jax.jit(ev.traced)(point)
+        fresh = fusion.jit(ev.traced)(point)  # the same program, compiled the same way
     first = ev(point)  # exported and kept
     assert len(list(kept.glob("*.jaxexport"))) == 1
     # a later process: nothing in memory, and tracing the formulas would fail

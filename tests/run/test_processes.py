@@ -10,6 +10,7 @@ test_scale.py, whose grid and helpers these tests share).
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -129,17 +130,12 @@ def test_two_host_devices_give_the_same_results(full, tmp_path):
 
 
 BARRIERS_DROPPED = """
-import os, sys, warnings
-import jax
-jax.devices()  # XLA starts before dse: with its own flags, it drops optimization barriers
+import sys
 import dse
+from dse.core import fusion
 from dse.study import parse_study
-study = parse_study(sys.argv[1], "<test>")
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    ds = dse.sweep(study)
-assert "JAX started before dse configured XLA" in str(caught[0].message)
-assert "cse_barrier_expander" not in os.environ.get("XLA_FLAGS", "")
+fusion.CPU_OPTIONS.clear()  # programs compiled as on a GPU: XLA drops the barriers
+ds = dse.sweep(parse_study(sys.argv[1], "<test>"))
 ds.to_netcdf(sys.argv[2])
 """
 
@@ -154,7 +150,7 @@ TINY = '[study]\nname = "t"\n[axes]\nmodel = "llama-3.2-1b"\nhardware = "h100-sx
 def test_import_changes_nothing_and_a_run_configures_xla():
     """``import dse`` leaves the environment as it was (and loads neither JAX nor
     xarray); configuring XLA (a run does it, or dse.configure_xla()) asks for one host
-    device per core and kept barriers before JAX starts, also after ``import jax``
+    device per core before JAX starts, also after ``import jax``
     (which does not start XLA), leaving a flag the user set alone."""
     env = {**_env_without_flags(), "DSE_HOST_DEVICES": "3"}
 
@@ -168,9 +164,8 @@ def test_import_changes_nothing_and_a_run_configures_xla():
                "print(dict(os.environ) == before, 'jax' in sys.modules, "
                "'xarray' in sys.modules)") == ["True", "False", "False"]
     for first in ("", "import jax; "):
-        assert sorted(run(first + "import os, dse; dse.configure_xla(); "
-                          "print(os.environ['XLA_FLAGS'])")) == [
-            "--xla_disable_hlo_passes=cse_barrier_expander",
+        assert run(first + "import os, dse; dse.configure_xla(); "
+                   "print(os.environ['XLA_FLAGS'])") == [
             "--xla_force_host_platform_device_count=3"]
     # a sweep configures XLA before its evaluator starts JAX, and XLA reads the flags
     assert run(f"import jax, dse; dse.sweep(dse.parse_study({TINY!r})); "
@@ -182,9 +177,9 @@ def test_import_changes_nothing_and_a_run_configures_xla():
 
 def test_kept_barriers_change_no_value(full, tmp_path):
     """The barriers that keep TTFT, TPOT and the phase sums out of their consumers'
-    fusions (dse.core.fusion.computed_once) are identities: a process where XLA
-    drops them (XLA started before a run configured it, with a warning) gives the same
-    values. Fused differently,
+    fusions (dse.core.fusion.computed_once) are identities: a process whose programs
+    are compiled without the CPU's option that keeps them (as on a GPU, where XLA drops
+    them) gives the same values. Fused differently,
     float32 rounding may differ in the last place (contracted multiply-adds), hence
     rtol = 4 float32 ulp rather than bit equality."""
     path = tmp_path / "dropped.nc"
@@ -196,3 +191,34 @@ def test_kept_barriers_change_no_value(full, tmp_path):
             xr.testing.assert_allclose(full[name], dropped[name], rtol=4 * 2.0 ** -23, atol=0)
         else:
             xr.testing.assert_equal(full[name], dropped[name])
+
+
+def test_no_cpu_only_switch_reaches_another_backend():
+    """XLA_FLAGS binds every backend in a process, so dse sets no CPU-only pass or switch
+    there (XLA:GPU fails on a kept barrier: "Unsupported instruction opcode:
+    opt-barrier"); the CPU's kept barriers are an option of programs compiled for the
+    CPU alone. Checked without a GPU: the flags, the per-platform options, and the
+    compiled CPU program, which keeps the barrier only with its option."""
+    import jax
+    import jax.numpy as jnp
+
+    from dse.core import fusion
+    from dse.run import xla
+
+    for current in ("", "--xla_force_host_platform_device_count=2"):
+        assert not [f for f in xla.flags(current) if f.startswith(xla.CPU_ONLY_PREFIXES)]
+    for platform in ("gpu", "cuda", "rocm", "tpu", "METAL"):
+        assert fusion.compiler_options(platform) == {}
+    assert fusion.compiler_options("cpu") == {"xla_disable_hlo_passes": "cse_barrier_expander"}
+
+    def f(x):
+        (y,) = fusion.computed_once(jnp.exp(x) * 3)
+        return y + 1, y * 2
+
+    x = jnp.ones(64)
+    kept = fusion.jit(f).on("cpu").lower(x).compile().as_text()
+    plain = jax.jit(f).lower(x).compile().as_text()
+    assert "opt-barrier" in kept and "opt-barrier" not in plain
+    first, second = fusion.jit(f)(x)  # the default backend's program: 3e + 1 and 6e
+    assert float(first[0]) == pytest.approx(3 * math.e + 1, rel=1e-6)
+    assert float(second[-1]) == pytest.approx(6 * math.e, rel=1e-6)
