@@ -439,7 +439,7 @@ def _stop_if_interrupted(*_) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.verb in ("sweep", "search", "sensitivity", "validate", "calibrate"):
+    if args.verb in ("sweep", "search", "plan", "sensitivity", "validate", "calibrate"):
         from .run import xla
 
         xla.configure()  # before anything starts JAX

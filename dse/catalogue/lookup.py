@@ -34,12 +34,37 @@ def roots() -> list[Path]:
 
 
 def _entries(kind: str) -> dict[str, Path]:
-    found: dict[str, Path] = {}
+    """name -> card file of ``kind`` over the roots (read-only: it is shared)."""
+    return _listing(_stamp(kind))
+
+
+def _stamp(kind: str) -> tuple:
+    """The folders of ``kind`` in priority order, lowest first, each with its modification
+    time (a card added or removed changes it): the key of the folder listing, so that a
+    lookup costs a few ``stat`` calls rather than a listing (``dse validate`` looks names
+    up tens of thousands of times)."""
+    stamp = []
     for root in reversed(roots()):
         folder = root / kind
+        try:
+            stamp.append((folder, folder.stat().st_mtime_ns))
+        except OSError:
+            continue
+    return tuple(stamp)
+
+
+@functools.lru_cache(maxsize=64)
+def _listing(stamp: tuple) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for folder, _ in stamp:
         if folder.is_dir():
             found.update({p.stem: p for p in sorted(folder.glob("*.toml"))})
     return found
+
+
+@functools.lru_cache(maxsize=64)
+def _signature(stamp: tuple) -> tuple:
+    return tuple(sorted(_listing(stamp).items()))
 
 
 def normalized(name: str) -> str:
@@ -73,10 +98,10 @@ def _aliases(kind: str, signature: tuple) -> dict[str, str]:
 def resolve_name(kind: str, value: str) -> str | None:
     """The catalogue name ``value`` stands for (itself, an alias, or either spelled with
     other case, spaces, dashes or underscores), or None."""
-    entries = _entries(kind)
-    if value in entries:
+    stamp = _stamp(kind)
+    if value in _listing(stamp):
         return value
-    return _aliases(kind, tuple(sorted(entries.items()))).get(normalized(value))
+    return _aliases(kind, _signature(stamp)).get(normalized(value))
 
 
 @functools.lru_cache(maxsize=None)
@@ -97,8 +122,7 @@ def _unknown(kind: str, value: str) -> str:
         if several:
             return f" (ambiguous: it may be {', '.join(repr(n) for n in several[:-1])} or " \
                    f"{several[-1]!r}; name one)"
-    entries = _entries(kind)
-    spelled = _aliases(kind, tuple(sorted(entries.items())))
+    spelled = _aliases(kind, _signature(_stamp(kind)))
     close = [c for word in dict.fromkeys((value, value.rsplit("/", 1)[-1]))
              for c in difflib.get_close_matches(normalized(word), list(spelled), n=3, cutoff=0.6)]
     names = list(dict.fromkeys(spelled[c] for c in close))[:3]

@@ -115,6 +115,7 @@ class _State(NamedTuple):
     m1: Any  # mean prompt step
     tpot: Any
     ttft: Any  # without the wait for a slot
+    pinned: Any  # open loop's trial running batch while it is searched (0: none)
 
 
 def _steps(step: StepTime, nodes: _Nodes, load: Load, s: _State, closed, clients):
@@ -123,7 +124,8 @@ def _steps(step: StepTime, nodes: _Nodes, load: Load, s: _State, closed, clients
     x, sep = s.x, load.separate
     # decoding: at most every slot, and in a closed loop at most every client
     most = jnp.where(closed, jnp.minimum(jnp.maximum(clients, 1.0), load.slots), load.slots)
-    b = jnp.minimum(x * nodes.mean_decode * s.tpot, most)
+    b = jnp.where(s.pinned > 0.0, jnp.minimum(s.pinned, most),
+                  jnp.minimum(x * nodes.mean_decode * s.tpot, most))
     bs = b * (1.0 - sep)
     cap = jnp.maximum(load.budget - bs, 1.0)
     tau_d = step(b, 0.0, 0.0)
@@ -255,11 +257,19 @@ def _tagged(step, nodes: _Nodes, s: _State, p, closed, full: bool):
 
 
 def _solve(step, nodes: _Nodes, load: Load, closed, iterations: int) -> _State:
-    """The fixed point, in one loop: relax the step mean field; where the loop is closed,
-    every ``INNER`` relaxations take a bisection step in log x on Little's law
-    x (TTFT + decode time) = min(c, S) within [x_hi 1e-6, x_hi] (x_hi from the decode
-    time at batch 1), ``BISECTIONS`` of them, then relax ``iterations`` times at the last
-    x known to fit. Open loops relax at their rate throughout."""
+    """The fixed point, in one loop: relax the step mean field, and every ``INNER``
+    relaxations take a bisection step, ``BISECTIONS`` of them, then relax ``iterations``
+    times from the last trial known to lie below the fixed point.
+
+    Closed loops bisect in log x on Little's law x (TTFT + decode time) = min(c, S)
+    within [x_lo, x_hi] (x_hi from the decode time at batch 1). Open loops bisect in log b
+    on the running batch at their rate, b = min(x E[decode steps] TPOT(b), S), within
+    [x E[decode steps] TPOT(1), S]: plain relaxation converges as (x E[decode] dTPOT/db)^n,
+    which near the rate where the decode steps' growth with the batch meets the arrivals
+    (the KV reads of every running request: the batch then fills every slot) takes
+    hundreds of relaxations, and a float32 run stopped short of it by a different
+    amount on each backend (running batch 860-1024 of 1024 at 97% of capacity, TTFT
+    3.4-11.8 s)."""
     # clients past the slots wait outside the engine: the engine runs as at c = S
     clients = jnp.minimum(load.clients, load.slots)
     n_target = clients
@@ -281,9 +291,16 @@ def _solve(step, nodes: _Nodes, load: Load, closed, iterations: int) -> _State:
     x_lo = jnp.minimum(n_target / slowest, 0.5 * prompt_limit)
     lo = jnp.log(jnp.maximum(jnp.minimum(x_lo, 0.5 * x_hi), 1e-30))
     hi = jnp.log(jnp.maximum(x_hi, 1e-30))
-    x0 = jnp.where(closed, jnp.exp(0.5 * (lo + hi)), load.rate + zero)
+    # the open loop's running batch: no fewer than its arrivals decoding at batch-1 steps
+    rate = load.rate + zero
+    b_lo = jnp.log(jnp.maximum(rate * nodes.mean_decode * init_tau, 1e-30))
+    b_hi = jnp.log(jnp.maximum(load.slots + zero, 1e-30))
+    b_lo = jnp.minimum(b_lo, b_hi)
+    lo, hi = jnp.where(closed, lo, b_lo), jnp.where(closed, hi, b_hi)
+    x0 = jnp.where(closed, jnp.exp(0.5 * (lo + hi)), rate)
+    pinned = jnp.where(closed, 0.0, jnp.exp(0.5 * (lo + hi)))
     init = _State(x0, init_tau + zero, zero, zero + 1e-9, init_tau + zero, init_tau + zero,
-                  zero)
+                  zero, pinned)
     searching = BISECTIONS * INNER
 
     def body(i, carry):
@@ -291,18 +308,25 @@ def _solve(step, nodes: _Nodes, load: Load, closed, iterations: int) -> _State:
         s, p = _steps(step, nodes, load, s, closed, clients)
         t = _tagged(step, nodes, s, p, closed, full=False)
         s = s._replace(tpot=t["tpot"], ttft=t["residual"] + t["prefill"])
-        decide = closed & (i < searching) & (i % INNER == INNER - 1)
-        high = p["over"] | (s.x * (t["prefill"] + t["decode_time"]) > n_target)
-        here = jnp.log(s.x)
+        decide = (i < searching) & (i % INNER == INNER - 1)
+        # a trial above the fixed point: the closed loop's clients cannot keep that
+        # throughput; the open loop's arrivals keep fewer requests decoding than pinned
+        high = jnp.where(closed, p["over"] | (s.x * (t["prefill"] + t["decode_time"]) > n_target),
+                         s.x * nodes.mean_decode * s.tpot < s.pinned)
+        here = jnp.log(jnp.where(closed, s.x, s.pinned))
         lo = jnp.where(decide & ~high, here, lo)
         hi = jnp.where(decide & high, here, hi)
-        # the next trial starts from the mean field of the last throughput that fitted:
-        # the step grows with the batch, so a state carried down from a trial that did
-        # not fit can sit on the congested branch of the fixed point and misjudge
+        # the next trial starts from the mean field of the last trial that fitted: the
+        # step grows with the batch, so a state carried down from a trial that did not
+        # fit can sit on the congested branch of the fixed point and misjudge
         fit = jax.tree_util.tree_map(lambda a, b: jnp.where(decide & ~high, a, b), s, fit)
         s = jax.tree_util.tree_map(lambda a, b: jnp.where(decide & high, b, a), s, fit)
-        x = jnp.where(decide, jnp.exp(jnp.where(i == searching - 1, lo, 0.5 * (lo + hi))), s.x)
-        return s._replace(x=x), fit, lo, hi
+        last = i == searching - 1
+        trial = jnp.exp(jnp.where(last, lo, 0.5 * (lo + hi)))
+        x = jnp.where(decide & closed, trial, s.x)
+        # the open loop relaxes unpinned from the last batch below its fixed point
+        pinned = jnp.where(decide & ~closed, jnp.where(last, 0.0, trial), s.pinned)
+        return s._replace(x=x, pinned=pinned), fit, lo, hi
 
     s, _, _, _ = jax.lax.fori_loop(0, searching + iterations, body, (init, init, lo, hi))
     return s
@@ -360,7 +384,7 @@ def serve(step: StepTime, lengths: Lengths, load: Load, iterations: int = ITERAT
     slot_wait = jnp.where(closed, slot_wait_closed, slot_wait_open)
     # past the capacity (the closed loop at c = S, which keeps the prompt server short of
     # saturation): latencies unbounded
-    overloaded = open_loop & (load.rate >= capacity)
+    overloaded = open_loop & ((load.rate >= capacity) | p["over"])
     ttft = t["residual"] + t["prefill"] + jnp.where(closed, extra_closed, 0.0) + slot_wait
     # the wait before its first prompt step: the running step's residual, the wait for a
     # slot and the full steps of prompt work ahead of it

@@ -87,7 +87,7 @@ def _under_load(m, s, p, w, sv, rates, par, o, features, capacity, weights, powe
     # request's TTFT and E2E; a closed loop's clients spend it outside the engine, which
     # then runs fewer of them: X = min(X_engine, c / (n / X_engine + f)), n the clients
     # in the engine (at most its slots)
-    front = sv.frontend_s + 0.0 * res["ttft_s"]
+    front = sv.frontend_s + jnp.zeros_like(res["ttft_s"])  # (0 * TTFT: NaN where overloaded)
     clients = sv.concurrency / par.dp
     x = res["request_throughput_req_s"]
     in_engine = jnp.minimum(clients, jnp.maximum(jnp.minimum(sv.max_num_seqs, holds), 1.0))
@@ -103,7 +103,7 @@ def _under_load(m, s, p, w, sv, rates, par, o, features, capacity, weights, powe
     good = (requests * meets(res["ttft_cdf"], sv.ttft_slo_s, front)
             * meets(res["tpot_cdf"], sv.tpot_slo_s))
     in_system = x * (res["e2e_s"] + front)
-    busy = 1.0 - jnp.exp(-in_system)
+    busy = jnp.where(over, 1.0, 1.0 - jnp.exp(-in_system))  # overloaded: never idle
     energy = n_devices * power.tdp_w * (power.static_share + (1.0 - power.static_share) * busy)
     kv = res["running_batch"] * per_seq
     out = dict(
