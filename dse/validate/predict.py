@@ -149,12 +149,12 @@ def problem(cases: list[Case], frameworks, families, family_of: dict[str, str]) 
         np.asarray([c.measured for c in cases], np.float64))
 
 
-def row_parameters(theta, prob: Problem):
+def row_parameters(theta, prob: Problem, xp=jnp):
     """[row, param] unconstrained calibration of every row: base[framework] + offset[family]."""
     n_fw, n_p = len(prob.frameworks), len(C.NAMES)
     base = theta[: n_fw * n_p].reshape(n_fw, n_p)
     offset = theta[n_fw * n_p:].reshape(len(prob.families), n_p)
-    offset = jnp.concatenate([offset, jnp.zeros((1, n_p), offset.dtype)])
+    offset = xp.concatenate([offset, xp.zeros((1, n_p), offset.dtype)])
     return base[prob.framework_index] + offset[prob.family_index]
 
 
@@ -225,18 +225,30 @@ def metric_value(kind: str, metric: str, out: dict, point, i):
 
 def predict_with_reasons(theta, prob: Problem, calibrated: bool = True):
     """(predicted metric [row], infeasibility flags [row]). ``calibrated`` False: the plain
-    roofline (every efficiency 1, no overheads), whatever ``theta``."""
-    z = row_parameters(theta, prob)
-    values = C.from_unconstrained_all(z, jnp)
-    pred = jnp.zeros(prob.size, z.dtype)
-    reason = jnp.zeros(prob.size, jnp.uint16)
+    roofline (every efficiency 1, no overheads), whatever ``theta``.
+
+    Traced (a fit's gradient), all of it is JAX; called with values, only the evaluator
+    is (its kept programs, at the evaluator's precision), and reading the metrics off its outputs is numpy: run
+    eagerly in JAX, each of those few hundred small operations compiled a program of
+    its own on every run (``dse validate``: 3.6 of its 15 s)."""
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(theta))
+    xp = jnp if traced else np
+    z = row_parameters(theta if traced else np.asarray(theta), prob, xp)
+    values = C.from_unconstrained_all(z, xp)
+    pred = xp.zeros(prob.size, z.dtype)
+    reason = xp.zeros(prob.size, np.uint16)
     for b in prob.batches:
         hw = b.evaluator.hardware
         if calibrated:
             hw = dataclasses.replace(hw, **{f: v[b.rows] for f, v in zip(C.NAMES, values)})
-        out = b.evaluator.traced(b.point, hardware=hw)
+        point = b.point
+        if traced:
+            out = b.evaluator.traced(point, hardware=hw)
+        else:  # through the kept program (dse.core.programs): nothing traced when kept
+            out = {k: np.asarray(v) for k, v in b.evaluator(point, hardware=hw).items()}
+            point = jax.tree_util.tree_map(np.asarray, point)
         kinds = np.asarray(b.kind)
-        metric = jnp.zeros(len(b.rows), z.dtype)
+        metric = xp.zeros(len(b.rows), z.dtype)
         for kind in dict.fromkeys(b.kind):
             sel = np.flatnonzero(kinds == kind)
             def key(j):
@@ -248,13 +260,21 @@ def predict_with_reasons(theta, prob: Problem, calibrated: bool = True):
                 if pool:
                     workers = np.asarray([prob.cases[b.rows[j]].knobs["workers"] for j in idx],
                                          np.float64)
-                    value = pool_value(m, pool, workers, out, b.point, idx)
+                    value = pool_value(m, pool, workers, out, point, idx)
                 else:
-                    value = metric_value(kind, m, out, b.point, idx)
-                metric = metric.at[idx].set(value)
-        pred = pred.at[b.rows].set(metric)
-        reason = reason.at[b.rows].set(out["reason"])
+                    value = metric_value(kind, m, out, point, idx)
+                metric = _set(metric, idx, value)
+        pred = _set(pred, b.rows, metric)
+        reason = _set(reason, b.rows, out["reason"])
     return pred, reason
+
+
+def _set(array, index, value):
+    """``array`` with ``array[index] = value``: a JAX array's copy, a numpy array itself."""
+    if isinstance(array, np.ndarray):
+        array[index] = value
+        return array
+    return array.at[index].set(value)
 
 
 def predict(theta, prob: Problem, calibrated: bool = True):
