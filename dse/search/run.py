@@ -170,8 +170,61 @@ class Mirror:
         self.memory.tell(trial, values, state=state)
 
     def push(self, trials: list) -> None:
-        """Write the batch's finished trials to the storage."""
-        self.opt.add_trials([self.memory._storage.get_trial(t._trial_id) for t in trials])
+        """Write the batch's finished trials to the storage: in one transaction where it is
+        a database (:func:`write_rdb`), else one by one as optuna adds them."""
+        frozen = [self.memory._storage.get_trial(t._trial_id) for t in trials]
+        if not write_rdb(self.opt, frozen):
+            self.opt.add_trials(frozen)
+
+
+def write_rdb(opt: optuna.Study, trials: list) -> bool:
+    """Add finished ``trials`` to ``opt``'s database storage in one transaction, as rows
+    of optuna's own schema (what ``Study.add_trials`` writes), numbered after the study's
+    trials; False, writing nothing, where the storage is not a database or optuna's
+    schema classes are not where this optuna keeps them.
+
+    ``add_trials`` opens a transaction per trial and, inside it, queries and writes each
+    parameter and attribute on its own: 500 trials of six parameters took 10 of a
+    search's 17 s (SQLAlchemy's ORM). The study row is locked while the numbers are
+    taken, as optuna does, so processes sharing a study still number their trials apart.
+    Distributions are not checked against the study's earlier trials: every trial here
+    comes from the search's own space."""
+    import json
+
+    try:
+        from optuna.distributions import distribution_to_json
+        from optuna.storages import RDBStorage
+        from optuna.storages._cached_storage import _CachedStorage
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+    except ImportError:
+        return False
+    storage = opt._storage
+    backend = storage._backend if isinstance(storage, _CachedStorage) else storage
+    if not isinstance(backend, RDBStorage) or not trials:
+        return isinstance(backend, RDBStorage)
+    study_id = opt._study_id
+    with _create_scoped_session(backend.scoped_session) as session:
+        study = models.StudyModel.find_or_raise_by_id(study_id, session, for_update=True)
+        first = models.TrialModel.count(session, study)
+        for k, t in enumerate(trials):
+            row = models.TrialModel(study_id=study_id, number=first + k, state=t.state,
+                                    datetime_start=t.datetime_start,
+                                    datetime_complete=t.datetime_complete)
+            row.params = [models.TrialParamModel(
+                param_name=name, param_value=t.distributions[name].to_internal_repr(value),
+                distribution_json=distribution_to_json(t.distributions[name]))
+                for name, value in t.params.items()]
+            row.values = [models.TrialValueModel(
+                objective=i, **dict(zip(("value", "value_type"),
+                                        models.TrialValueModel.value_to_stored_repr(v))))
+                for i, v in enumerate(t.values or [])]
+            row.user_attributes = [models.TrialUserAttributeModel(key=k2, value_json=json.dumps(v))
+                                   for k2, v in t.user_attrs.items()]
+            row.system_attributes = [models.TrialSystemAttributeModel(
+                key=k2, value_json=json.dumps(v)) for k2, v in t.system_attrs.items()]
+            session.add(row)
+    return True
 
 
 def run_trials(study: Study, cfg: SearchConfig, opt: optuna.Study, progress=None) -> int:

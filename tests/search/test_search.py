@@ -200,3 +200,50 @@ def test_the_csv_has_one_row_per_trial_and_the_summary_the_best_points_latency(t
             "feasible"} <= set(rows[0])
     header = next(line for line in text.splitlines() if "tok/s" in line).split()
     assert {"ttft_s", "tpot_s", "memory/device", "devices"} <= set(header)
+
+
+def test_a_batch_written_in_one_transaction_is_what_optuna_writes(tmp_path):
+    """dse.search.run.write_rdb stores a batch of finished trials in one transaction; read
+    back, they are the trials optuna's own Study.add_trials stores: numbers, states,
+    parameters and their distributions, values (an infinite one too), user and system
+    attributes, constraints; and failed trials without values."""
+    import math
+
+    import optuna
+
+    from dse.search.run import make_storage, write_rdb
+
+    memory = optuna.create_study(directions=["maximize", "minimize"],
+                                 sampler=optuna.samplers.RandomSampler(seed=3))
+    for i in range(7):
+        t = memory.ask()
+        t.suggest_categorical("hardware", ["h100-sxm", "b200"])
+        t.suggest_int("tp", 1, 8, log=True)
+        t.suggest_float("scale", 0.5, 2.0)
+        t.set_user_attr("inner", {"batch": 8 * i})
+        t.set_user_attr("constraints", [0.5 - i, -1.0])
+        t.storage.set_trial_system_attr(t._trial_id, "dse_origin", "a process")
+        if i == 5:
+            memory.tell(t, state=optuna.trial.TrialState.FAIL)
+        else:
+            memory.tell(t, [float(i) if i != 3 else math.inf, -2.0 * i])
+    frozen = memory.get_trials()
+
+    def stored(how):
+        opt = optuna.create_study(storage=make_storage(str(tmp_path / f"{how}.db")),
+                                  directions=["maximize", "minimize"])
+        opt.add_trials(frozen[:2])  # trials already there: the batch is numbered after
+        if how == "optuna":
+            opt.add_trials(frozen[2:])
+        else:
+            assert write_rdb(opt, frozen[2:])
+        reread = optuna.load_study(study_name=opt.study_name,
+                                   storage=make_storage(str(tmp_path / f"{how}.db")))
+        return [(t.number, t.state, t.params, t.distributions, t.values, t.user_attrs,
+                 t.system_attrs, t.datetime_start, t.datetime_complete)
+                for t in reread.get_trials()]
+
+    mine, theirs = stored("dse"), stored("optuna")
+    assert len(mine) == 7 and [t[0] for t in mine] == list(range(7))
+    assert mine == theirs
+    assert not write_rdb(optuna.create_study(), frozen)  # in memory: not a database
