@@ -356,7 +356,9 @@ class Validation:
                 ax.scatter(self.measured[flagged], self.predictions["calibrated"][flagged],
                            s=60, facecolors="none", edgecolors="r", label="flagged anomaly")
         axes[0][0].legend(fontsize=7)
-        fig.tight_layout()
+        # fixed margins: tight_layout measured every log axis's ticks (0.85 s of 3)
+        fig.subplots_adjust(left=0.7 / fig.get_figwidth(), right=0.99, bottom=0.14, top=0.92,
+                            wspace=0.32)
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110)
