@@ -42,6 +42,11 @@ def computed_once(*arrays):
 XLA_CPU = Hints(once=computed_once, sum_last=("kv_cache", "attention"))
 
 
+def tracing(tree) -> bool:
+    """Whether any leaf of ``tree`` is a tracer (inside a transformation)."""
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(tree))
+
+
 def compiler_options(platform: str) -> dict:
     """The XLA options dse compiles a program with on ``platform`` ("cpu", "gpu",
     "cuda", "rocm", "tpu", ...): the CPU's fusion barriers; nothing elsewhere."""
@@ -62,8 +67,7 @@ class jit:  # noqa: N801 (used like jax.jit, also as a decorator)
     def __call__(self, *args, **kwargs):
         if self._fn is None:  # @jit(static_argnames=...)
             return jit(args[0], **self._kwargs)
-        if any(isinstance(x, jax.core.Tracer)
-               for x in jax.tree_util.tree_leaves((args, kwargs))):
+        if tracing((args, kwargs)):
             return self.on(None)(*args, **kwargs)  # nested: the outer program's options
         return self.on(jax.default_backend())(*args, **kwargs)
 

@@ -35,7 +35,7 @@ from pathlib import Path
 import jax
 
 from .._version import __version__
-from .fusion import jit
+from .fusion import jit, tracing
 
 _LOADED: dict[str, object] = {}  # key -> the jitted call of a program in this process
 
@@ -94,7 +94,7 @@ def run(fn, identity: str, *args):
     """
     folder = directory()
     leaves, treedef = jax.tree_util.tree_flatten(args)
-    if folder is None or any(isinstance(x, jax.core.Tracer) for x in leaves):
+    if folder is None or tracing(leaves):
         return fn(*args)
     leaves = jax.device_put(leaves)  # one transfer (and dtype canonicalization) for all
     key = _key(identity, leaves, treedef)

@@ -20,6 +20,7 @@ from ..catalogue.hardware import stack as stack_hardware
 from ..catalogue.lookup import load_hardware
 from ..catalogue.model import model_features, stack as stack_models
 from ..core.evaluator import Evaluator
+from ..core.fusion import tracing
 from ..core.tables import with_framework
 from ..schema.knobs import (OPTIMIZERS, PP_SCHEDULES, RECOMPUTE, SERVING, InferencePoint,
                             TrainingPoint)
@@ -228,10 +229,10 @@ def predict_with_reasons(theta, prob: Problem, calibrated: bool = True):
     roofline (every efficiency 1, no overheads), whatever ``theta``.
 
     Traced (a fit's gradient), all of it is JAX; called with values, only the evaluator
-    is (its kept programs, at the evaluator's precision), and reading the metrics off its outputs is numpy: run
-    eagerly in JAX, each of those few hundred small operations compiled a program of
-    its own on every run (``dse validate``: 3.6 of its 15 s)."""
-    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(theta))
+    is (its kept programs, at the evaluator's precision) and reading the metrics off its
+    outputs is numpy: run eagerly in JAX, each of those few hundred small operations
+    compiled a program of its own on every run (``dse validate``: 3.6 of its 15 s)."""
+    traced = tracing(theta)
     xp = jnp if traced else np
     z = row_parameters(theta if traced else np.asarray(theta), prob, xp)
     values = C.from_unconstrained_all(z, xp)
