@@ -85,15 +85,18 @@ def register(cls: type[T]) -> type[T]:
 
 
 def stack(items: list[T], dtype=np.float64) -> T:
-    """One dataclass whose every field stacks the items' fields along a new leading axis."""
+    """One dataclass whose every field stacks the items' fields along a new leading axis
+    (a field that is None in every item stays None)."""
     first = items[0]
     return dataclasses.replace(first, **{
-        f.name: np.asarray([getattr(x, f.name) for x in items], dtype=dtype)
+        f.name: None if all(getattr(x, f.name) is None for x in items)
+        else np.asarray([getattr(x, f.name) for x in items], dtype=dtype)
         for f in dataclasses.fields(first)})
 
 
 def astype(item: T, dtype) -> T:
-    """A copy with every field a NumPy array of ``dtype``."""
-    return dataclasses.replace(item, **{f.name: np.asarray(getattr(item, f.name), dtype=dtype)
-                                        for f in dataclasses.fields(item)})
+    """A copy with every field a NumPy array of ``dtype`` (None fields stay None)."""
+    return dataclasses.replace(item, **{
+        f.name: None if getattr(item, f.name) is None
+        else np.asarray(getattr(item, f.name), dtype=dtype) for f in dataclasses.fields(item)})
 

@@ -19,6 +19,7 @@ from .catalogue.calibration import sample_specs
 from .catalogue.hardware import CALIBRATION_FIELDS, HardwareSpec
 from .core.evaluator import Evaluator
 from .core.fusion import jit
+from .core.tables import hardware_spec
 from .errors import InputError
 from .results.dataset import coords, provenance
 from .run.chunks import chunk_point, plan
@@ -53,7 +54,10 @@ def bands(study: Study | str | Path, samples: int = 64, quantiles=(0.05, 0.5, 0.
     names = names or band_metrics(study)
     dtype = np.float64 if study.dtype == "float64" else np.float32
     evaluator = Evaluator.of(study, names)
-    hardware = sample_specs([c.spec() for c in study.hardware], [c.name for c in study.hardware],
+    # each device as the study's table has it (framework caps, measured GEMM surfaces);
+    # the draws replace its calibration
+    specs = [hardware_spec(study, c, study.frameworks[0]) for c in study.hardware]
+    hardware = sample_specs(specs, [c.name for c in study.hardware],
                             study.calibration, study.calibration_fit(study.frameworks[0]), samples, seed)
     hardware = jax.tree_util.tree_map(lambda x: np.asarray(x, dtype), hardware)
     axes = HardwareSpec(**{f.name: 0 if f.name in CALIBRATION_FIELDS else None

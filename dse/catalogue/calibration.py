@@ -5,8 +5,11 @@ meaningful parameters, plus an offset per hardware family (Ampere, Ada, Hopper, 
 shared by every framework:
 
 ====================  =========================================================
-gemm_efficiency       achieved fraction of the dense matmul peak for large GEMMs
-gemm_half_rows        GEMM rows (M) at which a matmul reaches half of that rate
+gemm_efficiency       achieved fraction of the dense matmul peak for large GEMMs; on a
+                      device with measured GEMM surfaces (dse.catalogue.kernels), the
+                      fraction of the measured kernel's efficiency a whole run keeps
+gemm_half_rows        GEMM rows (M) at which a matmul reaches half of that rate (not
+                      used where a measured surface prices the matmul)
 attention_efficiency  achieved fraction of peak in the attention kernels
 hbm_efficiency        achieved fraction of the memory bandwidth
 link_efficiency       achieved fraction of the link bandwidth in collectives
@@ -335,7 +338,8 @@ def sample_specs(specs: list, names: list[str], cal: Calibration, framework: str
     ([sample, hardware]); the other leaves are [hardware]. Without a covariance the
     draws are all the fitted value.
     """
-    from .hardware import CALIBRATION_FIELDS, stack
+    from .hardware import CALIBRATION_FIELDS
+    from .kernels import stack
 
     rng = np.random.default_rng(seed)
     theta = cal.theta

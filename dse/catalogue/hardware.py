@@ -57,11 +57,17 @@ class HardwareSpec:
     default_max_num_seqs: Any = dataclasses.field(default=256.0, metadata=dict(framework=True))
     default_max_num_tokens: Any = dataclasses.field(default=8192.0,
                                                     metadata=dict(framework=True))
+    # Measured GEMM efficiency surfaces (dse.catalogue.kernels): this device's table in
+    # ``gemm_surface`` (-1: none, matmuls at the calibrated rates), and the log-efficiency
+    # tables [table, slot, M, N, K] of the whole spec table, shared by its entries (not
+    # indexed per device; None where no entry has one)
+    kernel_table: Any = dataclasses.field(default=-1.0, metadata=dict(kernel=True))
+    gemm_surface: Any = dataclasses.field(default=None, metadata=dict(kernel=True, shared=True))
 
 
 # Parameters a chip architect can vary (the ``hw_param`` dimension of sensitivities).
 FIELDS = tuple(f.name for f in dataclasses.fields(HardwareSpec)
-               if not f.metadata.get("calibration") and not f.metadata.get("framework"))
+               if not any(f.metadata.get(k) for k in ("calibration", "framework", "kernel")))
 # Parameters a calibration sets (software efficiency on this device).
 CALIBRATION_FIELDS = tuple(f.name for f in dataclasses.fields(HardwareSpec)
                            if f.metadata.get("calibration"))
@@ -71,7 +77,8 @@ _POSITIVE = ("memory_gib", "hbm_bw_gb_per_s", "fp32_tflops", "bf16_tflops", "fp1
              "fp8_tflops", "int8_tops", "fp4_tflops", "intra_node_bw_gb_per_s",
              "intra_node_latency_us", "inter_node_bw_gb_per_s", "inter_node_latency_us",
              "devices_per_node", "tdp_w", "price_per_hour_usd")
-_TEXT = ("name", "long_name", "vendor", "kind", "source", "notes")
+_TEXT = ("name", "long_name", "vendor", "kind", "source", "notes",
+         "kernel_tables")  # the measured device whose GEMM surfaces stand for this one
 KNOWN_KEYS = frozenset(_POSITIVE + _TEXT + ("aliases",))
 KINDS = ("gpu", "tpu", "npu", "apple", "cpu")
 
@@ -172,5 +179,6 @@ class HardwareCard:
 
 
 def stack(specs: list[HardwareSpec], dtype=np.float64) -> HardwareSpec:
-    """A table of devices: one pytree whose leaves have a leading hardware axis."""
+    """A table of devices: one pytree whose leaves have a leading hardware axis (the
+    measured GEMM surfaces of entries that name one: :func:`dse.catalogue.kernels.stack`)."""
     return pytrees.stack(specs, dtype)

@@ -19,7 +19,7 @@ from ..formulas.inference import inference
 from ..formulas.serving import replica_load
 from ..formulas.operators import stored_bits
 from ..formulas.pipeline import pipeline
-from ..formulas.roofline import compute_width, peak_at_width
+from ..formulas.roofline import compute_width, peak_at_width, surface_slot
 from ..formulas.training import training
 from ..formulas.types import (Bits, Job, Layout, ModelSpec, Options, Parallel, Power, Precision,
                               Rates, Schedule, Serving, Speculation, Workload)
@@ -30,8 +30,14 @@ from .fusion import XLA_CPU, jit
 
 
 def take(table, index):
-    """The entries of a spec table (leaves with a leading axis) at ``index`` (any shape)."""
-    return jax.tree_util.tree_map(lambda leaf: leaf[index], table)
+    """The entries of a spec table (leaves with a leading axis) at ``index`` (any shape);
+    fields the entries share (metadata ``shared``: the GEMM surfaces) are passed whole."""
+    shared = {f.name: getattr(table, f.name) for f in dataclasses.fields(table)
+              if f.metadata.get("shared")} if dataclasses.is_dataclass(table) else {}
+    if shared:
+        table = dataclasses.replace(table, **dict.fromkeys(shared))
+    out = jax.tree_util.tree_map(lambda leaf: leaf[index], table)
+    return dataclasses.replace(out, **shared) if shared else out
 
 
 def achieved_rates(hw: HardwareSpec, point, weight_bits, kv_bits, act_bits) -> Rates:
@@ -44,14 +50,17 @@ def achieved_rates(hw: HardwareSpec, point, weight_bits, kv_bits, act_bits) -> R
     compute = point.tflops_scale * point.flops_efficiency
     link = point.link_bw_scale * point.link_efficiency * hw.link_efficiency
     peaks = (hw.flops_per_s_4, hw.flops_per_s_8, hw.flops_per_s_16, hw.flops_per_s_32)
+    gemm_peak = peak_at_width(compute_width(jnp.maximum(weight_bits, act_bits)), *peaks) * compute
+    hbm_peak = hw.hbm_bw_bytes_per_s * point.hbm_bw_scale * point.hbm_efficiency
     return Rates(
-        gemm_flops_per_s=peak_at_width(compute_width(jnp.maximum(weight_bits, act_bits)), *peaks)
-        * compute * hw.gemm_efficiency,
+        gemm_surface=hw.gemm_surface, kernel_table=hw.kernel_table,
+        kernel_slot=surface_slot(weight_bits, act_bits), gemm_peak_flops_per_s=gemm_peak,
+        hbm_peak_bytes_per_s=hbm_peak, kernel_scale=hw.gemm_efficiency,
+        gemm_flops_per_s=gemm_peak * hw.gemm_efficiency,
         attention_flops_per_s=peak_at_width(compute_width(jnp.maximum(act_bits, kv_bits)),
                                             *peaks) * compute * hw.attention_efficiency,
         vector_flops_per_s=hw.flops_per_s_32 * compute,
-        hbm_bw_bytes_per_s=hw.hbm_bw_bytes_per_s * point.hbm_bw_scale * point.hbm_efficiency
-        * hw.hbm_efficiency,
+        hbm_bw_bytes_per_s=hbm_peak * hw.hbm_efficiency,
         intra_bw_bytes_per_s=hw.intra_bw_bytes_per_s * link, intra_latency_s=hw.intra_latency_s,
         inter_bw_bytes_per_s=hw.inter_bw_bytes_per_s * link, inter_latency_s=hw.inter_latency_s,
         devices_per_node=hw.devices_per_node, gemm_half_rows=hw.gemm_half_rows,

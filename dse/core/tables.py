@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..catalogue import hardware as hardware_cards, model as model_cards
+from ..catalogue import hardware as hardware_cards, kernels, model as model_cards
 from ..catalogue.calibration import calibrated_spec
 from ..catalogue.frameworks import FRAMEWORKS
 from ..catalogue.hardware import HardwareSpec
@@ -58,6 +58,9 @@ def hardware_spec(study, card, framework: str = "generic") -> HardwareSpec:
     if study.calibration is not None:
         spec = calibrated_spec(spec, study.calibration, study.calibration_fit(framework),
                                card.name)
+        if kernels.uses_kernels(study.calibration):
+            spec = dataclasses.replace(spec, kernel_table=kernels.table_index(card.name,
+                                                                              framework, card))
     return with_framework(spec, framework, card.name)
 
 
@@ -81,5 +84,5 @@ def tables(study):
         return models, pipeline_spec(study.pipeline,
                                      [c.fields["n_layers"] for c in study.models], dtype)
     # one block of devices per serving framework (the framework key is the block's offset)
-    return models, hardware_cards.stack([hardware_spec(study, c, fw) for fw in study.frameworks
+    return models, kernels.stack([hardware_spec(study, c, fw) for fw in study.frameworks
                                          for c in study.hardware], dtype)

@@ -28,8 +28,12 @@ from .types import Cost, ModelSpec, Pass, Precision, Shard
 
 
 def select(condition, a: Cost, b: Cost) -> Cost:
+    if a.shape is None or b.shape is None:
+        shape = a.shape if b.shape is None else b.shape
+    else:
+        shape = tuple(jnp.where(condition, x, y) for x, y in zip(a.shape, b.shape))
     return Cost(jnp.where(condition, a.flops, b.flops), jnp.where(condition, a.bytes, b.bytes),
-                a.unit)
+                a.unit, shape)
 
 
 def kv_bytes_per_token(m: ModelSpec, s: Shard, kv_bits, mla: bool):
@@ -132,7 +136,8 @@ def attention_costs(m: ModelSpec, s: Shard, p: Precision, ps: Pass, window, flas
 def _masked(condition, fn):
     def cost(x):
         c = fn(x)
-        return Cost(jnp.where(condition, c.flops, 0.0), jnp.where(condition, c.bytes, 0.0), c.unit)
+        return c._replace(flops=jnp.where(condition, c.flops, 0.0),
+                          bytes=jnp.where(condition, c.bytes, 0.0))
 
     return cost
 

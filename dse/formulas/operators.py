@@ -18,7 +18,7 @@ def matmul(m, k, n, w_bits, a_bits, bias=0.0) -> Cost:
     """[m, k] activations times a [k, n] weight; ``bias`` (0/1) adds a length-n bias."""
     flops = 2.0 * m * k * n + bias * m * n
     bytes_ = (k * n + bias * n) * w_bits / 8.0 + (m * k + m * n) * a_bits / 8.0
-    return Cost(flops, bytes_, "gemm")
+    return Cost(flops, bytes_, "gemm", (m, n, k))
 
 
 def grouped_matmul(rows, k, n, weight_sets, w_bits, a_bits) -> Cost:
@@ -26,10 +26,14 @@ def grouped_matmul(rows, k, n, weight_sets, w_bits, a_bits) -> Cost:
 
     Experts of an MoE layer and the adapters of batched LoRA (Punica's SGMV) run this
     way: every distinct weight in use is read once, every row multiplies one of them.
+    One kernel runs them all (a grouped GEMM: CUTLASS's, Triton's fused MoE): its shape
+    is that of one GEMM over the sets' weights side by side, rows / weight_sets rows
+    (at least one) by [k, n x weight_sets], which streams every set's weight once.
     """
     flops = 2.0 * rows * k * n
     bytes_ = weight_sets * k * n * w_bits / 8.0 + rows * (k + n) * a_bits / 8.0
-    return Cost(flops, bytes_, "gemm")
+    sets = jnp.maximum(weight_sets, 1.0)
+    return Cost(flops, bytes_, "gemm", (rows / sets, n * sets, k))
 
 
 def elementwise(elements, reads, writes, bits, flops_per_element=1.0) -> Cost:

@@ -12,15 +12,29 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from .roofline import compute_time_s, mean_context, mean_roofline_over_context, memory_time_s
+from .roofline import (compute_time_s, mean_context, mean_roofline_over_context, memory_time_s,
+                       surface_efficiency)
 from .types import PLAIN, Cost, Hints, Part, Rates
 
 ZERO = Part(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 
 def of(cost: Cost, rates: Rates) -> Part:
-    """An operator timed by the roofline: max(compute, memory)."""
+    """An operator timed by the roofline: max(compute, memory).
+
+    A matmul on a device with a measured surface (``rates.kernel_table`` >= 0) is its
+    roofline at the point's peaks (what-if scales, no other calibration) divided by the
+    surface's efficiency at its shape times the calibration's factor on it; both sides
+    are divided, so the bound stays the roofline's and a what-if on either peak moves
+    exactly the side it binds.
+    """
     c, m = compute_time_s(cost, rates), memory_time_s(cost, rates)
+    if cost.unit == "gemm" and cost.shape is not None and rates.gemm_surface is not None:
+        eff = rates.kernel_scale * surface_efficiency(
+            rates.gemm_surface, rates.kernel_table, rates.kernel_slot, *cost.shape)
+        measured = rates.kernel_table >= 0.0
+        c = jnp.where(measured, cost.flops / rates.gemm_peak_flops_per_s / eff, c)
+        m = jnp.where(measured, cost.bytes / rates.hbm_peak_bytes_per_s / eff, m)
     return Part(jnp.maximum(c, m), cost.flops, cost.bytes, c, m, 0.0)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .types import Cost, Rates
+from .types import SURFACE_AXES, Cost, Rates
 
 
 def compute_width(bits):
@@ -31,6 +31,35 @@ def shaped(rates: Rates, rows) -> Rates:
     rows = jnp.maximum(rows, 1e-30)
     return rates._replace(
         gemm_flops_per_s=rates.gemm_flops_per_s * rows / (rows + rates.gemm_half_rows))
+
+
+def surface_slot(weight_bits, act_bits):
+    """The surface slot a matmul runs in: NVFP4 with 4-bit weights and activations, FP8
+    with 8-bit ones, the 16-bit GEMM otherwise (weight-only kernels dequantize to 16 bits)."""
+    width = compute_width(jnp.maximum(weight_bits, act_bits))
+    return jnp.where(width <= 4.0, 3.0, jnp.where(width <= 8.0, 1.0, 0.0))
+
+
+def surface_efficiency(log_eff, table, slot, m, n, k):
+    """Measured efficiency of an [m, k] x [k, n] matmul: multilinear interpolation of the
+    log-efficiency table ``log_eff`` [table, slot, M, N, K] in log2 of each dimension,
+    clamped at the grid's edges (a shape outside the measured range takes the edge's
+    value). ``table`` < 0 reads table 0; the caller discards it."""
+    t = jnp.maximum(table, 0.0).astype(jnp.int32)
+    s = slot.astype(jnp.int32) if hasattr(slot, "astype") else jnp.int32(slot)
+    corners = []
+    for (_, lo, hi, step), x in zip(SURFACE_AXES, (m, n, k)):
+        top = (hi - lo) / step
+        u = jnp.clip((jnp.log2(jnp.maximum(x, 1.0)) - lo) / step, 0.0, top)
+        i = jnp.minimum(jnp.floor(u), top - 1.0)
+        corners.append((i.astype(jnp.int32), u - i))
+    (i, fi), (j, fj), (l, fl) = corners
+    total = 0.0
+    for di, wi in ((0, 1.0 - fi), (1, fi)):
+        for dj, wj in ((0, 1.0 - fj), (1, fj)):
+            for dl, wl in ((0, 1.0 - fl), (1, fl)):
+                total = total + wi * wj * wl * log_eff[t, s, i + di, j + dj, l + dl]
+    return jnp.exp(total)
 
 
 def compute_time_s(cost: Cost, rates: Rates):

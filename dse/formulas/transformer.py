@@ -126,8 +126,9 @@ def layer_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, pa
     routed = _mlp(m, rows, m.d_ff_expert / etp, hit, p, 0.0)
     expert_rates = shaped(flat, rows / jnp.maximum(hit, 1.0))  # rows per expert in use
     has_shared = m.n_shared_experts > 0.0
-    shared = [Cost(jnp.where(has_shared, c.flops, 0.0), jnp.where(has_shared, c.bytes, 0.0),
-                      c.unit) for c in _mlp(m, t, m.n_shared_experts * s.ff_expert, None, p, 0.0)]
+    shared = [c._replace(flops=jnp.where(has_shared, c.flops, 0.0),
+                         bytes=jnp.where(has_shared, c.bytes, 0.0))
+              for c in _mlp(m, t, m.n_shared_experts * s.ff_expert, None, p, 0.0)]
     router = op.matmul(t, d, m.n_experts, p.weight_bits, a)
     moe = dict(common, moe=parts.add(*(parts.of(c, rates) for c in [router] + shared),
                                  *(parts.of(c, expert_rates) for c in routed)),

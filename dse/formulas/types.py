@@ -77,6 +77,13 @@ class ModelSpec:
         return pytrees.astype(self, dtype)
 
 
+# The grid of the measured GEMM efficiency surfaces (dse.catalogue.kernels; log2 of the
+# node values: first, last, step): M at half octaves from 1 to 32768, N and K at octaves
+# from 32 to 65536; and their kernel slots (dse.formulas.roofline.surface_slot).
+SURFACE_AXES = (("m", 0.0, 15.0, 0.5), ("n", 5.0, 16.0, 1.0), ("k", 5.0, 16.0, 1.0))
+SURFACE_SLOTS = ("bf16", "fp8", "fp8_block", "nvfp4")
+
+
 class Rates(NamedTuple):
     """Achieved rates of one device at one precision.
 
@@ -101,6 +108,17 @@ class Rates(NamedTuple):
     layer_overhead_s: Any = 0.0  # fixed seconds per layer per pass (kernel launches, sync)
     step_overhead_s: Any = 0.0  # host seconds per engine step (scheduler, sampling; inference)
     seq_overhead_s: Any = 0.0  # host seconds per running sequence per engine step
+    # Measured GEMM efficiency surfaces (dse.catalogue.kernels): the log-efficiency table
+    # [table, slot, M, N, K] (None: every matmul at the calibrated rates), this point's
+    # table (< 0: none) and slot, the peaks a surface divides (what-if scales included,
+    # no calibration), and the calibration's factor on the measured efficiency (how much
+    # of the isolated kernel's speed the framework keeps in a whole run)
+    gemm_surface: Any = None
+    kernel_table: Any = -1.0
+    kernel_slot: Any = 0.0
+    gemm_peak_flops_per_s: Any = 1.0
+    hbm_peak_bytes_per_s: Any = 1.0
+    kernel_scale: Any = 1.0
 
     def flops_per_s(self, unit: str):
         """The compute rate of arithmetic ``unit`` ("gemm", "attention" or "vector")."""
@@ -117,6 +135,9 @@ class Cost(NamedTuple):
     flops: Any
     bytes: Any
     unit: str
+    # (m, n, k) of a matmul ([m, k] x [k, n]; a grouped one per weight set): the shape a
+    # measured efficiency surface is read at (None: the roofline at the calibrated rates)
+    shape: Any = None
 
 
 class Part(NamedTuple):

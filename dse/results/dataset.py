@@ -9,6 +9,7 @@ import numpy as np
 import xarray as xr
 
 from .._version import __version__
+from ..catalogue import kernels
 from ..schema.knobs import fields
 from ..schema.outputs import BOUND_CODES, EXTRA_COORDS, OUTPUTS, REASON_BITS, REASONS
 from ..study.study import Study
@@ -63,7 +64,24 @@ def calibration_attrs(study: Study) -> dict:
     fallbacks += borrowed
     if fallbacks:
         out["calibration_fallback"] = "; ".join(fallbacks)
+    out.update(kernel_attrs(study))
     return out
+
+
+def kernel_attrs(study: Study) -> dict:
+    """The measured GEMM tables that priced each device's matmuls (``kernel_tables``:
+    framework/device -> 'system backend version'; a device of none keeps the calibrated
+    rate), and their source, where the calibration was fitted with them."""
+    if not kernels.uses_kernels(study.calibration):
+        return {}
+    surf = kernels.surfaces()
+    used = {}
+    for fw in study.frameworks:
+        for c in study.hardware:
+            found = surf.table_of(c.name, fw, c.fields.get("kernel_tables"), c.file)
+            used[f"{fw}/{c.name}"] = (surf.describe(found[0]) if found is not None
+                                      else "none (the calibration's fitted GEMM rate)")
+    return {"kernel_tables": json.dumps(used), "kernel_source": surf.manifest["licence"]}
 
 
 def coords(study: Study) -> dict:

@@ -13,7 +13,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from ..catalogue import calibration as C
+from ..catalogue import calibration as C, kernels
 from ..catalogue.frameworks import fit_of
 from . import fit as F
 from . import frontend
@@ -49,9 +49,10 @@ def calibrate(data, steps: int = F.STEPS, framework: str | None = None
                          "fitted on", "rows of the kinds " + ", ".join(
                              k for k in KINDS if k not in UNFITTED))
     prob = build_problem(cases, None)
+    surfaces = {"kernels": kernels.source()} if kernels.source() else {}
     cal, history = F.fit(prob, steps=steps, info=dict(
         data=", ".join(Path(p).name for p in paths), rows=len(cases), skipped=len(skips),
-        flagged=sum(bool(c.flag) for c in cases)))
+        flagged=sum(bool(c.flag) for c in cases), **surfaces))
     cal, fitted = fit_frontend(cal, serving)
     return dataclasses.replace(cal, info=dict(cal.info, **fitted)), history
 

@@ -15,8 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..catalogue import calibration as C
-from ..catalogue.hardware import stack as stack_hardware
+from ..catalogue import calibration as C, kernels
 from ..catalogue.lookup import load_hardware
 from ..catalogue.model import model_features, stack as stack_models
 from ..core.evaluator import Evaluator
@@ -103,18 +102,25 @@ _MODES = (("inference", "inference", InferencePoint,
           ("training", "training", TrainingPoint, ("train",)))
 
 
-def _hardware(c: Case, mode: str):
+def _hardware(c: Case, mode: str, with_kernels: bool):
     card = load_hardware(c.hardware)
+    spec = card.spec()
+    if with_kernels:
+        engine = c.knobs.get("engine", c.framework) if mode == "load" else c.framework
+        spec = dataclasses.replace(spec, kernel_table=kernels.table_index(card.name, engine, card))
     if mode != "load":
-        return card.spec()
-    return with_framework(card.spec(), c.knobs["engine"], card.name)
+        return spec
+    return with_framework(spec, c.knobs["engine"], card.name)
 
 
-def problem(cases: list[Case], frameworks, families, family_of: dict[str, str]) -> Problem:
+def problem(cases: list[Case], frameworks, families, family_of: dict[str, str],
+            with_kernels: bool = False) -> Problem:
     """The rows as evaluator inputs. Serving rows get their batch here: the largest the
     KV memory allows (independent of the calibration), capped at the engine's maximum.
     Rows under a request load run the load model (feature "load") on their framework's
-    engine (scheduling and default caps)."""
+    engine (scheduling and default caps). ``with_kernels``: matmuls priced by the measured
+    GEMM surfaces of each row's device and framework (dse.catalogue.kernels) when
+    calibrated."""
     cases = tuple(cases)
     models = {}
     for c in cases:
@@ -130,7 +136,7 @@ def problem(cases: list[Case], frameworks, families, family_of: dict[str, str]) 
                 continue
             sub = [cases[i] for i in rows]
             point = _point(point_type, sub, model_index)
-            hardware = stack_hardware([_hardware(c, mode) for c in sub])
+            hardware = kernels.stack([_hardware(c, mode, with_kernels) for c in sub])
             features = _features(sub) | ({"load"} if mode == "load" else set())
             kinds = tuple(c.kind for c in sub)
             evaluator = Evaluator(evaluator_mode, model_table, hardware, features=features,
@@ -242,6 +248,8 @@ def predict_with_reasons(theta, prob: Problem, calibrated: bool = True):
         hw = b.evaluator.hardware
         if calibrated:
             hw = dataclasses.replace(hw, **{f: v[b.rows] for f, v in zip(C.NAMES, values)})
+        else:  # the plain roofline: no measured kernel either
+            hw = dataclasses.replace(hw, kernel_table=np.full(len(b.rows), -1.0))
         point = b.point
         if traced:
             out = b.evaluator.traced(point, hardware=hw)

@@ -20,7 +20,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from ..catalogue import calibration as C
+from ..catalogue import calibration as C, kernels
 from ..catalogue.frameworks import fit_of
 from ..atomic import atomic_path
 from ..catalogue.lookup import load_hardware, roots
@@ -49,11 +49,15 @@ def default_calibration() -> Path:
 
 
 def build_problem(cases: list[Case], cal: C.Calibration | None) -> Problem:
+    """The rows as evaluator inputs under ``cal``: its matmuls by the measured GEMM
+    surfaces if it was fitted with them; with no calibration (a fit to come), by the
+    shipped surfaces where there are any."""
     frameworks = tuple(dict.fromkeys(c.framework for c in cases))
     families = tuple(dict.fromkeys(C.FAMILY_OF[c.hardware] for c in cases
                                    if c.hardware in C.FAMILY_OF))
     family_of = dict(C.FAMILY_OF, **(cal.family_of if cal else {}))
-    return problem(cases, frameworks, families, family_of)
+    with_kernels = kernels.uses_kernels(cal) if cal is not None else kernels.source() is not None
+    return problem(cases, frameworks, families, family_of, with_kernels)
 
 
 def fitting(cases: list[Case]) -> tuple[list[Case], list[Skip]]:

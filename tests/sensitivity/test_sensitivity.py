@@ -6,6 +6,7 @@ import pytest
 from dse.catalogue import lookup as catalogue
 from dse.core.evaluator import Evaluator
 from dse.core.trace import function_dependencies
+from dse.run.sweep import sweep
 from dse.sensitivity import sensitivity
 from dse.study import parse_study
 
@@ -141,3 +142,38 @@ def test_pipeline_studies_have_sensitivities():
     exact = ds["tpot_s_plus"].sel(hw_param="pipeline_link_bw")
     linear = ds["tpot_s_linear_plus"].sel(hw_param="pipeline_link_bw")
     np.testing.assert_allclose(exact.where(smooth), linear.where(smooth), rtol=0.1, atol=2e-3)
+
+
+def test_deepseek_v3_decode_streams_its_experts_under_the_default_calibration():
+    """Issue 35's headline: DeepSeek-V3 decode on 8 x H200 (tp 8, ep 8, FP8) at batch 64
+    under the default calibration. By hand: each device holds 256 / 8 = 32 experts and the
+    64 tokens' top-8 routing hits 32 (1 - (1 - 8/256)^64) = 27.8 of them per layer; each
+    is three 7168 x 2048 FP8 matrices (44.0 MB), so the 58 MoE layers read
+    27.8 x 44.0 MB x 58 = 71.0 GB per step. At 2.3 rows per expert the grouped GEMM's
+    intensity is ~4.6 FLOP/byte, far under H200's FP8 ridge (1979 TFLOP/s / 4.8 TB/s =
+    412): it is memory-bound, so d log TPOT / d log BW is at least its share of the
+    step, 71.0 GB / 4.8 TB/s / TPOT, and issue 35 asks for at least 0.5. The elasticities
+    are central differences of the what-if scales (dse sensitivity's own derivatives are
+    checked against such differences in tests/core/test_gradients.py)."""
+    h = 1e-3
+    text = study_text(model="deepseek-v3", hardware="h200", tp=8, ep=8, num_devices=8,
+                      weight_bits=8, act_bits=8, batch=64, input_len=1024, output_len=1024,
+                      hbm_bw_scale=[1 / (1 + h), 1.0, 1 + h], tflops_scale=[1 / (1 + h), 1 + h])
+    text = text.replace('calibration = "none"\n', "").replace('name = "t"',
+                                                             'name = "t"\ndtype = "float64"')
+    tpot = sweep(parse_study(text, "<t>"))["tpot_s"].squeeze()
+    hit = 32 * (1 - (1 - 8 / 256) ** 64)
+    expert_bytes = hit * 3 * 7168 * 2048 * 58
+    assert expert_bytes == pytest.approx(71.0e9, rel=2e-3)
+
+    def elasticity(a, b):
+        return float(np.log(a / b) / (2 * np.log1p(h)))
+
+    bw = elasticity(tpot.isel(hbm_bw_scale=2, tflops_scale=0), tpot.isel(hbm_bw_scale=0,
+                                                                          tflops_scale=0))
+    flops = elasticity(tpot.isel(hbm_bw_scale=1, tflops_scale=1),
+                       tpot.isel(hbm_bw_scale=1, tflops_scale=0))
+    base = float(tpot.isel(hbm_bw_scale=1, tflops_scale=0))
+    assert -bw >= expert_bytes / 4.8e12 / base
+    assert bw <= -0.5
+    assert flops > -0.1  # not compute-bound

@@ -102,11 +102,13 @@ def test_an_upstream_file_without_a_column_is_refused_in_one_line(tmp_path, caps
 
 
 def test_rows_of_a_framework_without_a_fit_run_under_the_fit_a_study_gives_it(tmp_path):
-    """The shipped calibration has no SGLang fit; a study runs SGLang under vLLM's
-    (dse.catalogue.frameworks), and so does validate: a static row named SGLang is
-    predicted exactly as the same row named vLLM (once it ran at the fit's starting
-    point)."""
-    from dse.validate import validate
+    """The shipped calibration has no SGLang fit of its own (its static parameters are
+    vLLM's); a study runs SGLang under vLLM's (dse.catalogue.frameworks), and so does
+    validate: a static row named SGLang is predicted exactly as the same row named vLLM
+    (once it ran at the fit's starting point). Each engine's matmuls run on its own
+    measured kernels (dse.catalogue.kernels), so the check takes the calibration without
+    them; with them, the two differ by SGLang's and vLLM's GEMM tables."""
+    from dse.validate import default_calibration, validate
     from dse.validate.rows import COLUMNS, LOAD_COLUMNS
     from dse.catalogue.frameworks import fit_of as calibration_fit
 
@@ -120,9 +122,16 @@ def test_rows_of_a_framework_without_a_fit_run_under_the_fit_a_study_gives_it(tm
                precision="fp8", input_len="1024", output_len="1024", batch="64",
                metric="output_tokens_per_s", value="5000")
     rows = [dict(row, id=f"t-{fw}", framework=fw) for fw in ("sglang", "vllm")]
-    v = validate(write_csv(tmp_path / "rows.csv", COLUMNS + LOAD_COLUMNS, rows))
-    sglang, vllm = v.predictions["calibrated"]
+    data = write_csv(tmp_path / "rows.csv", COLUMNS + LOAD_COLUMNS, rows)
+    text = default_calibration().read_text()
+    assert 'kernels = "' in text
+    plain = tmp_path / "cal.toml"
+    plain.write_text("\n".join(line for line in text.splitlines()
+                               if not line.startswith("kernels = ")) + "\n")
+    sglang, vllm = validate(data, calibration=plain).predictions["calibrated"]
     assert sglang == vllm
+    sglang, vllm = validate(data).predictions["calibrated"]
+    assert sglang != vllm
 
 
 def test_an_unknown_quantization_mode_is_refused_in_one_line(tmp_path, capsys):
