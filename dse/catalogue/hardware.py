@@ -58,7 +58,7 @@ class HardwareSpec:
     default_max_num_tokens: Any = dataclasses.field(default=8192.0,
                                                     metadata=dict(framework=True))
     # Measured GEMM efficiency surfaces (dse.catalogue.kernels): this device's table in
-    # ``gemm_surface`` (-1: none, matmuls at the calibrated rates), and the log-efficiency
+    # ``gemm_surface`` (-1: none, matmuls at the calibrated rates), and the efficiency
     # tables [table, slot, M, N, K] of the whole spec table, shared by its entries (not
     # indexed per device; None where no entry has one)
     kernel_table: Any = dataclasses.field(default=-1.0, metadata=dict(kernel=True))

@@ -9,7 +9,7 @@ the newest version with a GEMM table), each measured row becomes an efficiency: 
 roofline of that GEMM at the device's catalogue peaks over the measured latency. The
 surface at a node of the fixed grid is the log-efficiency interpolated linearly in
 log2 M along each measured (N, K) column, then in log2 N and log2 K (clamped at the
-table's edges). A slot a table did not measure is filled from the nearest one measured
+table's edges); between the nodes, the evaluator interpolates the efficiency linearly. A slot a table did not measure is filled from the nearest one measured
 (fp8_block from fp8, nvfp4 from fp8, fp8 from bf16), and the manifest says so.
 
 Held out: the build is repeated with every fifth measured row (in (dtype, N, K, M)
@@ -62,16 +62,17 @@ def roofline_s(spec, m, n, k, slot):
 
 
 def interpolate(grid, m, n, k):
-    """Multilinear interpolation of ``grid`` [M, N, K] (log-efficiency at the nodes) at
-    shapes (m, n, k), in log2, clamped at the edges: the evaluator's rule in NumPy."""
-    out = 0.0
+    """Multilinear interpolation of ``grid`` [M, N, K] (efficiency at the nodes) at shapes
+    (m, n, k), linear in each dimension between the nodes around it, clamped at the
+    edges: the evaluator's rule (dse.formulas.roofline.surface_efficiency) in NumPy."""
     pos = []
     for name, x in (("m", m), ("n", n), ("k", k)):
-        lo, hi, step = AXES[name]
-        u = np.clip((np.log2(np.maximum(x, 1.0)) - lo) / step, 0.0, (hi - lo) / step)
-        i = np.minimum(np.floor(u), (hi - lo) / step - 1).astype(int)
-        pos.append((i, u - i))
+        nodes = 2.0 ** axis(name)
+        x = np.clip(np.asarray(x, float), nodes[0], nodes[-1])
+        i = np.clip(np.searchsorted(nodes, x, side="right") - 1, 0, len(nodes) - 2)
+        pos.append((i, (x - nodes[i]) / (nodes[i + 1] - nodes[i])))
     (i, fi), (j, fj), (l, fl) = pos
+    out = 0.0
     for di, wi in ((0, 1 - fi), (1, fi)):
         for dj, wj in ((0, 1 - fj), (1, fj)):
             for dl, wl in ((0, 1 - fl), (1, fl)):
@@ -166,7 +167,7 @@ def build(tables, holdout: bool):
                                   np.log(d["efficiency"][keep]))
             if holdout:
                 out = ~keep
-                pred = np.exp(interpolate(grids[slot], d["m"][out], d["n"][out], d["k"][out]))
+                pred = interpolate(np.exp(grids[slot]), d["m"][out], d["n"][out], d["k"][out])
                 errors[slot].append(np.abs(d["roofline_s"][out] / pred / d["latency_s"][out] - 1))
                 # upstream measures M = 16 j + 1 beside 16 j: one row past a tile
                 spill[slot].append((d["m"][out] > 17) & (d["m"][out] % 16 == 1))

@@ -8,7 +8,8 @@ time of the GEMM at the device's catalogue peaks (dse's own count,
 :func:`dse.formulas.operators.matmul`, at the device's dense peak of that width and its
 HBM bandwidth) divided by the measured time. The evaluator prices a matmul as its
 roofline at the point's peaks (what-if scales included) divided by the surface at its
-shape (:func:`dse.formulas.roofline.surface_efficiency`), so a what-if on bandwidth or
+shape (:func:`dse.formulas.roofline.surface_efficiency`: linear between the nodes
+around the shape), so a what-if on bandwidth or
 FLOP/s, and ``dse sensitivity``, move exactly the side the shape is bound by.
 
 Files (``kernels/`` beside ``hardware/``; wheels carry them in the package):
@@ -196,12 +197,12 @@ def stack(specs: list, dtype=np.float64):
     table = stack_plain(specs, dtype)
     if not wanted:
         return table
-    return dataclasses.replace(table, gemm_surface=log_efficiency(wanted, dtype))
+    return dataclasses.replace(table, gemm_surface=efficiency(wanted, dtype))
 
 
-def log_efficiency(tables: list[int], dtype=np.float64) -> np.ndarray:
-    """The log-efficiency of the shipped ``tables`` [table, slot, M, N, K]."""
-    return np.log(surfaces().efficiency[tables]).astype(dtype)
+def efficiency(tables: list[int], dtype=np.float64) -> np.ndarray:
+    """The efficiency of the shipped ``tables`` [table, slot, M, N, K]."""
+    return surfaces().efficiency[tables].astype(dtype)
 
 
 def described(tables) -> list[str]:

@@ -33,8 +33,10 @@ def of(cost: Cost, rates: Rates) -> Part:
         eff = rates.kernel_scale * surface_efficiency(
             rates.gemm_surface, rates.kernel_table, rates.kernel_slot, *cost.shape)
         measured = rates.kernel_table >= 0.0
-        c = jnp.where(measured, cost.flops / rates.gemm_peak_flops_per_s / eff, c)
-        m = jnp.where(measured, cost.bytes / rates.hbm_peak_bytes_per_s / eff, m)
+        # one division each, by the achieved rate: XLA rewrites a / b / c as a / (b c)
+        # in some fusions and not others, so a value would depend on the chunking
+        c = jnp.where(measured, cost.flops / (rates.gemm_peak_flops_per_s * eff), c)
+        m = jnp.where(measured, cost.bytes / (rates.hbm_peak_bytes_per_s * eff), m)
     return Part(jnp.maximum(c, m), cost.flops, cost.bytes, c, m, 0.0)
 
 

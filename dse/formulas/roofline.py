@@ -40,26 +40,38 @@ def surface_slot(weight_bits, act_bits):
     return jnp.where(width <= 4.0, 3.0, jnp.where(width <= 8.0, 1.0, 0.0))
 
 
-def surface_efficiency(log_eff, table, slot, m, n, k):
+def surface_position(x, lo, hi, step):
+    """(node index, fraction) of ``x`` on a surface axis whose nodes are 2^(lo + step j),
+    clamped to [2^lo, 2^hi]; the fraction is linear in x between the two nodes, from the
+    node values themselves. The logarithm only picks the interval, with a margin of 1e-4
+    of a step: its vectorized and scalar forms differ in the last bit, which would move a
+    value between chunked and whole sweeps if it entered the fraction."""
+    count = int(round((hi - lo) / step)) + 1
+    nodes = jnp.asarray([2.0 ** (lo + step * j) for j in range(count)], x.dtype)
+    x = jnp.clip(x, nodes[0], nodes[-1])
+    j = jnp.clip(jnp.floor((jnp.log2(x) - lo) / step + 1e-4), 0.0, count - 2.0).astype(jnp.int32)
+    below, above = nodes[j], nodes[j + 1]
+    return j, jnp.clip((x - below) / (above - below), 0.0, 1.0)
+
+
+def surface_efficiency(eff, table, slot, m, n, k):
     """Measured efficiency of an [m, k] x [k, n] matmul: multilinear interpolation of the
-    log-efficiency table ``log_eff`` [table, slot, M, N, K] in log2 of each dimension,
-    clamped at the grid's edges (a shape outside the measured range takes the edge's
-    value). ``table`` < 0 reads table 0; the caller discards it."""
+    efficiency table ``eff`` [table, slot, M, N, K] between the nodes around (m, n, k)
+    (:func:`surface_position`), clamped at the grid's edges (a shape outside the measured
+    range takes the edge's value). ``table`` < 0 reads table 0; the caller discards it."""
     t = jnp.maximum(table, 0.0).astype(jnp.int32)
     s = slot.astype(jnp.int32) if hasattr(slot, "astype") else jnp.int32(slot)
-    corners = []
-    for (_, lo, hi, step), x in zip(SURFACE_AXES, (m, n, k)):
-        top = (hi - lo) / step
-        u = jnp.clip((jnp.log2(jnp.maximum(x, 1.0)) - lo) / step, 0.0, top)
-        i = jnp.minimum(jnp.floor(u), top - 1.0)
-        corners.append((i.astype(jnp.int32), u - i))
-    (i, fi), (j, fj), (l, fl) = corners
+    # N and K are whole numbers: rounded, a width computed as 4095.9998 in one program and
+    # 4096 in another (the same formula fused differently) reads the same node
+    shape = (m, jnp.round(n), jnp.round(k))
+    (i, fi), (j, fj), (l, fl) = (surface_position(jnp.asarray(x, eff.dtype), lo, hi, step)
+                                 for (_, lo, hi, step), x in zip(SURFACE_AXES, shape))
     total = 0.0
     for di, wi in ((0, 1.0 - fi), (1, fi)):
         for dj, wj in ((0, 1.0 - fj), (1, fj)):
             for dl, wl in ((0, 1.0 - fl), (1, fl)):
-                total = total + wi * wj * wl * log_eff[t, s, i + di, j + dj, l + dl]
-    return jnp.exp(total)
+                total = total + wi * wj * wl * eff[t, s, i + di, j + dj, l + dl]
+    return total
 
 
 def compute_time_s(cost: Cost, rates: Rates):

@@ -108,7 +108,7 @@ class Rates(NamedTuple):
     layer_overhead_s: Any = 0.0  # fixed seconds per layer per pass (kernel launches, sync)
     step_overhead_s: Any = 0.0  # host seconds per engine step (scheduler, sampling; inference)
     seq_overhead_s: Any = 0.0  # host seconds per running sequence per engine step
-    # Measured GEMM efficiency surfaces (dse.catalogue.kernels): the log-efficiency table
+    # Measured GEMM efficiency surfaces (dse.catalogue.kernels): the efficiency table
     # [table, slot, M, N, K] (None: every matmul at the calibrated rates), this point's
     # table (< 0: none) and slot, the peaks a surface divides (what-if scales included,
     # no calibration), and the calibration's factor on the measured efficiency (how much

@@ -28,7 +28,7 @@ def _rates(hardware: str, framework: str, weight_bits: float, act_bits: float) -
     slot = 1.0 if max(weight_bits, act_bits) == 8 else 0.0
     # the calibrated rates are nonsense on purpose: a surface-priced matmul must not read them
     return Rates(1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 8.0,
-                 gemm_surface=jnp.asarray(kernels.log_efficiency([int(t)])), kernel_table=0.0,
+                 gemm_surface=jnp.asarray(kernels.efficiency([int(t)])), kernel_table=0.0,
                  kernel_slot=slot, gemm_peak_flops_per_s=float(peak),
                  hbm_peak_bytes_per_s=float(spec.hbm_bw_bytes_per_s))
 
@@ -83,9 +83,12 @@ def test_devices_and_frameworks_find_their_tables():
     assert surf.table_of("m4-max", "generic") is None
 
 
-def test_the_builder_reproduces_a_log_linear_surface_off_its_nodes():
-    """Efficiency exp(-0.1 log2 m + 0.05 log2 n - 0.02 log2 k) is multilinear in the log2
-    axes, so every held-out row, on a node or between nodes, comes back exactly."""
+def test_the_builder_reproduces_a_smooth_surface_off_its_nodes():
+    """Efficiency exp(-0.1 log2 m + 0.05 log2 n - 0.02 log2 k): the nodes take it exactly
+    (the builder interpolates log-efficiency in log2 shape, where it is linear), and the
+    evaluator's linear interpolation between half- and whole-octave nodes is within a
+    fraction of a percent of it at every held-out row (its curvature over one node step:
+    at most ~0.3%)."""
     rng = np.random.default_rng(0)
     # every (n, k) column measured at 35 m, the grid's two ends first (rows 0 and 1 of
     # each block of 35: never among the fifth rows left out), n and k spanning the grid
@@ -97,7 +100,7 @@ def test_the_builder_reproduces_a_log_linear_surface_off_its_nodes():
     roof = 1e-6 * np.ones_like(m)
     table = {"bf16": dict(m=m, n=n, k=k, latency_s=roof / eff, efficiency=eff, roofline_s=roof)}
     _, _, report = kernel_build.build({("h200_sxm", "trtllm"): ("1", table)}, holdout=True)
-    assert report["bf16"]["p90"] < 1e-9
+    assert report["bf16"]["p90"] < 4e-3
     stored, entries, _ = kernel_build.build({("h200_sxm", "trtllm"): ("1", table)}, False)
     assert entries[0]["filled"] == {"fp8": "bf16", "fp8_block": "bf16", "nvfp4": "bf16"}
     # float16 storage: within its rounding of the exact value at a node
