@@ -31,13 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .kernels import AXES, SLOTS, axis
+from .kernels import AIC_SYSTEMS, AXES, SLOTS, axis
 
-# upstream system folder -> the catalogue's device
-SYSTEMS = {"h100_sxm": "h100-sxm", "h100_pcie": "h100-pcie", "h200_sxm": "h200",
-           "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200", "gb300": "gb300",
-           "a100_sxm": "a100-80gb", "a100_pcie": "a100-pcie-80gb", "l40s": "l40s", "l4": "l4",
-           "rtx_pro_6000_server": "rtx-pro-6000-blackwell-server", "b60": "arc-pro-b60"}
+SYSTEMS = AIC_SYSTEMS  # upstream system folder -> the catalogue's device
 # slot -> (weight bits, activation bits) of dse's count of its bytes and its peak's width
 UPSTREAM = {"bf16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
 BITS = {"bf16": (16, 16), "fp8": (8, 8), "fp8_block": (8, 8), "nvfp4": (4, 4)}

@@ -41,6 +41,14 @@ from ..formulas.types import SURFACE_AXES, SURFACE_SLOTS
 SLOTS = SURFACE_SLOTS  # the GEMM kind a matmul runs as (dse.formulas.roofline.surface_slot)
 AXES = {name: (lo, hi, step) for name, lo, hi, step in SURFACE_AXES}  # log2 of the nodes
 
+# aiconfigurator-core's system names (systems/*.yaml) -> the catalogue's devices: for its
+# kernel tables here and its measured serving runs (dse.validate.silicon)
+AIC_SYSTEMS = {"h100_sxm": "h100-sxm", "h100_pcie": "h100-pcie", "h200_sxm": "h200",
+               "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200", "gb300": "gb300",
+               "a100_sxm": "a100-80gb", "a100_pcie": "a100-pcie-80gb", "l40s": "l40s",
+               "l4": "l4", "rtx_pro_6000_server": "rtx-pro-6000-blackwell-server",
+               "b60": "arc-pro-b60"}
+
 # dse framework (study key) -> the upstream backend whose kernels it runs.
 BACKEND = {"trtllm": "trtllm", "tensorrt-llm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
 DEFAULT_BACKEND = "trtllm"
@@ -204,8 +212,3 @@ def efficiency(tables: list[int], dtype=np.float64) -> np.ndarray:
     """The efficiency of the shipped ``tables`` [table, slot, M, N, K]."""
     return surfaces().efficiency[tables].astype(dtype)
 
-
-def described(tables) -> list[str]:
-    """'system backend version' of each shipped table index."""
-    surf = surfaces()
-    return [surf.describe(int(t)) for t in tables]

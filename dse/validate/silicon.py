@@ -41,12 +41,11 @@ import re
 import sys
 from pathlib import Path
 
+from ..catalogue.kernels import AIC_SYSTEMS
 from .rows import COLUMNS, DISAGG_COLUMNS, LOAD_COLUMNS
 
 # The catalogue's name of each upstream system (aiconfigurator-core systems/*.yaml).
-SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200",
-           "b300_sxm": "b300", "gb200": "gb200", "gb300": "gb300", "a100_sxm": "a100-80gb",
-           "l40s": "l40s"}
+SYSTEMS = AIC_SYSTEMS
 # dse's framework names (dse.validate.rows.FRAMEWORKS) of the upstream backends.
 BACKENDS = {"trtllm": "tensorrt-llm", "sglang": "sglang", "vllm": "vllm"}
 # Upstream quantization modes, as precision words dse reads (rows.precision_bits).
