@@ -45,12 +45,25 @@ def surface_position(x, lo, hi, step):
     clamped to [2^lo, 2^hi]; the fraction is linear in x between the two nodes, from the
     node values themselves. The logarithm only picks the interval, with a margin of 1e-4
     of a step: its vectorized and scalar forms differ in the last bit, which would move a
-    value between chunked and whole sweeps if it entered the fraction."""
+    value between chunked and whole sweeps if it entered the fraction.
+
+    The nodes are made by arithmetic, not read from a table: a power of two by an integer
+    shift, times sqrt(2) at odd half octaves, both exact (a gather per node and axis made
+    the matmuls' share of the compile time)."""
     count = int(round((hi - lo) / step)) + 1
-    nodes = jnp.asarray([2.0 ** (lo + step * j) for j in range(count)], x.dtype)
-    x = jnp.clip(x, nodes[0], nodes[-1])
+    halves = round(1.0 / step)
+    assert halves in (1, 2) and lo >= 0 and hi <= 30, "surface axes: octaves or half octaves"
+    x = jnp.clip(x, 2.0 ** lo, 2.0 ** hi)
     j = jnp.clip(jnp.floor((jnp.log2(x) - lo) / step + 1e-4), 0.0, count - 2.0).astype(jnp.int32)
-    below, above = nodes[j], nodes[j + 1]
+
+    def node(q):  # 2^(lo + q / halves), q = index in steps
+        q = q + int(round(lo * halves))
+        octave = jnp.left_shift(jnp.int32(1), q // halves).astype(x.dtype)
+        if halves == 1:
+            return octave
+        return jnp.where(q % 2 == 1, jnp.asarray(2.0 ** 0.5, x.dtype), 1.0) * octave
+
+    below, above = node(j), node(j + 1)
     return j, jnp.clip((x - below) / (above - below), 0.0, 1.0)
 
 
@@ -58,7 +71,12 @@ def surface_efficiency(eff, table, slot, m, n, k):
     """Measured efficiency of an [m, k] x [k, n] matmul: multilinear interpolation of the
     efficiency table ``eff`` [table, slot, M, N, K] between the nodes around (m, n, k)
     (:func:`surface_position`), clamped at the grid's edges (a shape outside the measured
-    range takes the edge's value). ``table`` < 0 reads table 0; the caller discards it."""
+    range takes the edge's value). ``table`` < 0 reads table 0; the caller discards it.
+
+    The eight corners are read by one gather from the flattened table (eight gathers per
+    matmul doubled the evaluators' compile time); the weighted sum keeps the corners'
+    order, so the value is the same as reading them one by one."""
+    tables, slots, size_m, size_n, size_k = eff.shape
     t = jnp.maximum(table, 0.0).astype(jnp.int32)
     s = slot.astype(jnp.int32) if hasattr(slot, "astype") else jnp.int32(slot)
     # N and K are whole numbers: rounded, a width computed as 4095.9998 in one program and
@@ -66,11 +84,17 @@ def surface_efficiency(eff, table, slot, m, n, k):
     shape = (m, jnp.round(n), jnp.round(k))
     (i, fi), (j, fj), (l, fl) = (surface_position(jnp.asarray(x, eff.dtype), lo, hi, step)
                                  for (_, lo, hi, step), x in zip(SURFACE_AXES, shape))
+    # int32 is ample: the index is below tables x slots x M x N x K (about 5e5 shipped)
+    base = (((t * slots + s) * size_m + i) * size_n + j) * size_k + l
+    corners = [(di, dj, dl) for di in (0, 1) for dj in (0, 1) for dl in (0, 1)]
+    offsets = jnp.asarray([(di * size_n + dj) * size_k + dl for di, dj, dl in corners],
+                          jnp.int32)
+    base = jnp.asarray(base)
+    values = eff.reshape(-1)[base[..., None] + offsets.reshape((1,) * base.ndim + (8,))]
+    weights = ((1.0 - fi, fi), (1.0 - fj, fj), (1.0 - fl, fl))
     total = 0.0
-    for di, wi in ((0, 1.0 - fi), (1, fi)):
-        for dj, wj in ((0, 1.0 - fj), (1, fj)):
-            for dl, wl in ((0, 1.0 - fl), (1, fl)):
-                total = total + wi * wj * wl * eff[t, s, i + di, j + dj, l + dl]
+    for c, (di, dj, dl) in enumerate(corners):
+        total = total + weights[0][di] * weights[1][dj] * weights[2][dl] * values[..., c]
     return total
 
 
