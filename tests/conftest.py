@@ -5,7 +5,9 @@ error instead of a silent upcast; rank promotion "raise" makes every broadcast i
 formulas explicit.
 """
 
+import ctypes
 import fcntl
+import gc
 import os
 from pathlib import Path
 
@@ -91,3 +93,29 @@ def contract_study():
     from dse.study import load_study
 
     return load_study(STUDIES / "llama-serving.toml")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_programs():
+    # Each module's compiled programs are dropped when it ends (dse.core.programs.release),
+    # and the heap XLA's compiler left behind goes back to the system (glibc keeps freed
+    # arenas otherwise): a worker that kept everything grew to 9-10 GB over a run, and a
+    # CI run died of it; what a later module needs again comes from the run's cache on disk.
+    yield
+    from dse.core import programs
+
+    programs.release()
+    gc.collect()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _glibc():
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:  # not glibc (macOS, musl): nothing to trim
+        return None
+
+
+_LIBC = _glibc()

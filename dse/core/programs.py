@@ -40,6 +40,16 @@ from .fusion import jit, tracing
 _LOADED: dict[str, object] = {}  # key -> the jitted call of a program in this process
 
 
+def release() -> None:
+    """Drop the compiled programs this process holds (JAX's in-memory compilation caches
+    and the kept programs loaded from disk); what is kept on disk stays, and the next
+    call loads it again. A long session that evaluates many different studies (a
+    notebook, a test run) holds one compiled program per study otherwise: tens of
+    megabytes each on XLA:CPU."""
+    _LOADED.clear()
+    jax.clear_caches()
+
+
 def directory(kind: str = "programs") -> Path | None:
     """Where programs (and layouts, dse.core.trace) are kept: beside XLA's compilation
     cache (None: not enabled)."""

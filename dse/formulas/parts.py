@@ -19,25 +19,64 @@ from .types import PLAIN, Cost, Hints, Part, Rates
 ZERO = Part(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 
-def of(cost: Cost, rates: Rates) -> Part:
+def surfaced(cost: Cost, rates: Rates) -> bool:
+    """Whether ``cost`` is a matmul a measured GEMM surface may price (static)."""
+    return cost.unit == "gemm" and cost.shape is not None and rates.gemm_surface is not None
+
+
+def of(cost: Cost, rates: Rates, efficiency=None) -> Part:
     """An operator timed by the roofline: max(compute, memory).
 
     A matmul on a device with a measured surface (``rates.kernel_table`` >= 0) is its
     roofline at the point's peaks (what-if scales, no other calibration) divided by the
     surface's efficiency at its shape times the calibration's factor on it; both sides
     are divided, so the bound stays the roofline's and a what-if on either peak moves
-    exactly the side it binds.
+    exactly the side it binds. ``efficiency``: the surface's value at the matmul's shape
+    where the caller read it already (:func:`priced`).
     """
     c, m = compute_time_s(cost, rates), memory_time_s(cost, rates)
-    if cost.unit == "gemm" and cost.shape is not None and rates.gemm_surface is not None:
-        eff = rates.kernel_scale * surface_efficiency(
-            rates.gemm_surface, rates.kernel_table, rates.kernel_slot, *cost.shape)
+    if surfaced(cost, rates):
+        if efficiency is None:
+            efficiency = surface_efficiency(rates.gemm_surface, rates.kernel_table,
+                                            rates.kernel_slot, *cost.shape)
+        eff = rates.kernel_scale * efficiency
         measured = rates.kernel_table >= 0.0
         # one division each, by the achieved rate: XLA rewrites a / b / c as a / (b c)
         # in some fusions and not others, so a value would depend on the chunking
         c = jnp.where(measured, cost.flops / (rates.gemm_peak_flops_per_s * eff), c)
         m = jnp.where(measured, cost.bytes / (rates.hbm_peak_bytes_per_s * eff), m)
     return Part(jnp.maximum(c, m), cost.flops, cost.bytes, c, m, 0.0)
+
+
+def priced(groups: dict) -> dict:
+    """``{key: add(*(of(cost, rates) for cost, rates in pairs))}`` for ``groups`` of
+    (cost, rates) pairs, with every surface read done as one lookup of the matmuls'
+    shapes stacked: a layer's matmuls compile to one interpolation instead of one each
+    (XLA's compile time grows with each copy). The values are those of :func:`of`, bit
+    for bit: each matmul reads the same nodes with the same weights. Pairs whose rates
+    do not share one surface, table and slot are read one by one."""
+    pairs = [pair for group in groups.values() for pair in group]
+    reads = [(c, r) for c, r in pairs if surfaced(c, r)]
+    known = {}
+    if len(reads) > 1:
+        first = reads[0][1]
+        same = all(r.gemm_surface is first.gemm_surface and r.kernel_table is first.kernel_table
+                   and r.kernel_slot is first.kernel_slot for _, r in reads)
+        if same:
+            dtype = first.gemm_surface.dtype
+            table, slot = (jnp.asarray(first.kernel_table), jnp.asarray(first.kernel_slot))
+            common = jnp.broadcast_shapes(table.shape, slot.shape,
+                                          *(jnp.shape(x) for c, _ in reads for x in c.shape))
+
+            def stacked(xs):
+                return jnp.stack([jnp.broadcast_to(jnp.asarray(x, dtype), common) for x in xs])
+
+            m, n, k = (stacked([c.shape[axis] for c, _ in reads]) for axis in range(3))
+            whole = surface_efficiency(first.gemm_surface, stacked([table]), stacked([slot]),
+                                       m, n, k)
+            known = {id(c): whole[i] for i, (c, _) in enumerate(reads)}
+    return {key: add(*(of(c, r, known.get(id(c))) for c, r in group))
+            for key, group in groups.items()}
 
 
 def comm(seconds) -> Part:

@@ -53,12 +53,11 @@ def _mlp(m: ModelSpec, rows, ff, weight_sets, p: Precision, bias):
     return [up, op.elementwise(rows * ff, m.mlp_matrices - 1.0, 1.0, a, 4.0), down]
 
 
-def _attention_parts(m, s, p, ps: Pass, rates, flash, mla: bool, windowed: bool,
-                     hints: Hints) -> dict[str, Part]:
-    """Attention parts of a layer with full attention, or with the model's window."""
-    window = m.sliding_window if windowed else 0.0
-    costs = attention_costs(m, s, p, ps, window, flash, mla)
-    out = {name: parts.add(*(parts.of(c, rates) for c in cs)) for name, cs in costs.fixed.items()}
+def _attention_parts(fixed: dict[str, Part], costs, rates, ps: Pass, windowed: bool,
+                     window, hints: Hints) -> dict[str, Part]:
+    """Attention parts of a layer with full attention, or with the model's window: the
+    fixed costs' parts (priced with the layer's other matmuls) and the varying ones'."""
+    out = dict(fixed)
     for name, fns in costs.varying.items():
         if ps.phase == "decode":
             varying = [parts.mean_of(f, rates, ps.lo, ps.hi, window, hints) for f in fns]
@@ -94,48 +93,70 @@ def layer_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, pa
     t, d, a = ps.tokens, m.d_model, p.act_bits
     mla = "mla" in features
     flat, rates = rates, shaped(rates, t)  # every dense matmul of the layer has t rows
-    attn = _attention_parts(m, s, p, ps, rates, o.flash, mla, False, hints)
+    # the layer's operators by group, priced together (parts.priced: one surface lookup)
+    full = attention_costs(m, s, p, ps, 0.0, o.flash, mla)
+    groups = {("full", n): [(c, rates) for c in cs] for n, cs in full.fixed.items()}
     if "window" in features:
-        windowed = _attention_parts(m, s, p, ps, rates, o.flash, mla, True, hints)
-        f = m.sliding_window_layers
-        attn = parts.combine([(1.0 - f, attn), (f, windowed)])
+        windowed = attention_costs(m, s, p, ps, m.sliding_window, o.flash, mla)
+        groups.update({("window", n): [(c, rates) for c in cs]
+                       for n, cs in windowed.fixed.items()})
     if "linear" in features:  # hybrid: linear attention on that share of the layers
-        linear = {name: parts.add(*(parts.of(c, rates) for c in cs))
-                  for name, cs in linear_attention_costs(m, s, p, ps).items()}
+        linear_costs = linear_attention_costs(m, s, p, ps)
+        groups.update({("linear", n): [(c, rates) for c in cs] for n, cs in linear_costs.items()})
+    groups["norms"] = [(op.elementwise(m.norms_per_layer * t * d, 1.0, 1.0, a, 4.0), rates)]
+    groups["mlp"] = [(c, rates) for c in _mlp(m, t, s.ff, None, p, m.linear_bias)]
+    if "lora" in features:
+        groups["lora"] = [(_lora(m, s, p, ps, o, True), rates)]
+    moe_features = "moe" in features
+    if moe_features:
+        local, etp, group = expert_layout(m, par)
+        # Under expert parallelism the device holding the busiest expert (moe_imbalance x
+        # the mean tokens, the rest of its experts at the mean) sets the step: its rows are
+        # 1 + (imbalance - 1) / (experts per device) times the mean device's.
+        skew = jnp.where(par.ep > 1.0, 1.0 + (o.moe_imbalance - 1.0) / jnp.maximum(local, 1.0),
+                         1.0)
+        rows = t * group * m.top_k / par.ep * skew
+        hit = local * (1.0 - (1.0 - m.top_k / jnp.maximum(m.n_experts, 1.0)) ** (t * group))
+        routed = _mlp(m, rows, m.d_ff_expert / etp, hit, p, 0.0)
+        expert_rates = shaped(flat, rows / jnp.maximum(hit, 1.0))  # rows per expert in use
+        has_shared = m.n_shared_experts > 0.0
+        shared = [c._replace(flops=jnp.where(has_shared, c.flops, 0.0),
+                             bytes=jnp.where(has_shared, c.bytes, 0.0))
+                  for c in _mlp(m, t, m.n_shared_experts * s.ff_expert, None, p, 0.0)]
+        router = op.matmul(t, d, m.n_experts, p.weight_bits, a)
+        groups["moe"] = ([(c, rates) for c in [router] + shared]
+                         + [(c, expert_rates) for c in routed])
+        if "lora" in features:
+            groups["moe_lora"] = [(_lora(m, s, p, ps, o, False), rates)]
+    done = parts.priced(groups)
+
+    def fixed(kind, costs):
+        return {n: done[(kind, n)] for n in costs.fixed}
+
+    attn = _attention_parts(fixed("full", full), full, rates, ps, False, 0.0, hints)
+    if "window" in features:
+        f = m.sliding_window_layers
+        attn = parts.combine([(1.0 - f, attn), (f, _attention_parts(
+            fixed("window", windowed), windowed, rates, ps, True, m.sliding_window, hints))])
+    if "linear" in features:
         f = params.linear_fraction(m)
+        linear = {n: done[("linear", n)] for n in linear_costs}
         attn = parts.combine([(1.0 - f, attn), (f, linear)])
     common = dict(attn)
-    common["norms"] = parts.of(op.elementwise(m.norms_per_layer * t * d, 1.0, 1.0, a, 4.0), rates)
+    common["norms"] = done["norms"]
     common["overhead"] = parts.overhead(rates.layer_overhead_s)
     reduce = parts.comm(comm.all_reduce_s(t * d * a / 8.0, par.tp, rates))
 
-    dense = dict(common, tp_comm=parts.scale(reduce, 2.0),
-                 mlp=parts.add(*(parts.of(c, rates) for c in _mlp(m, t, s.ff, None, p, m.linear_bias))))
+    dense = dict(common, tp_comm=parts.scale(reduce, 2.0), mlp=done["mlp"])
     if "lora" in features:
-        dense["lora"] = parts.of(_lora(m, s, p, ps, o, True), rates)
-    if "moe" not in features:
+        dense["lora"] = done["lora"]
+    if not moe_features:
         return dense, {}
-
-    local, etp, group = expert_layout(m, par)
-    # Under expert parallelism the device holding the busiest expert (moe_imbalance x the
-    # mean tokens, the rest of its experts at the mean) sets the step: its rows are
-    # 1 + (imbalance - 1) / (experts per device) times the mean device's.
-    skew = jnp.where(par.ep > 1.0, 1.0 + (o.moe_imbalance - 1.0) / jnp.maximum(local, 1.0), 1.0)
-    rows = t * group * m.top_k / par.ep * skew
-    hit = local * (1.0 - (1.0 - m.top_k / jnp.maximum(m.n_experts, 1.0)) ** (t * group))
-    routed = _mlp(m, rows, m.d_ff_expert / etp, hit, p, 0.0)
-    expert_rates = shaped(flat, rows / jnp.maximum(hit, 1.0))  # rows per expert in use
-    has_shared = m.n_shared_experts > 0.0
-    shared = [c._replace(flops=jnp.where(has_shared, c.flops, 0.0),
-                         bytes=jnp.where(has_shared, c.bytes, 0.0))
-              for c in _mlp(m, t, m.n_shared_experts * s.ff_expert, None, p, 0.0)]
-    router = op.matmul(t, d, m.n_experts, p.weight_bits, a)
-    moe = dict(common, moe=parts.add(*(parts.of(c, rates) for c in [router] + shared),
-                                 *(parts.of(c, expert_rates) for c in routed)),
+    moe = dict(common, moe=done["moe"],
                tp_comm=parts.scale(reduce, jnp.where(par.ep > 1.0, 1.0, 2.0)),
                ep_comm=parts.comm(2.0 * comm.all_to_all_s(rows * d * a / 8.0, par.ep, rates)))
     if "lora" in features:
-        moe["lora"] = parts.of(_lora(m, s, p, ps, o, False), rates)
+        moe["lora"] = done["moe_lora"]
     return dense, moe
 
 
