@@ -151,6 +151,26 @@ def test_calibration_file_round_trip(tmp_path):
         dict(zip(C.NAMES, C.from_unconstrained_all(cal.base[cal.frameworks.index("llama.cpp")]))))
 
 
+def test_a_floored_fraction_stays_above_its_floor_and_files_record_it(tmp_path, capsys):
+    # hbm_efficiency = 0.5 + 0.5 sigmoid(z): z -> -inf gives the floor, z = 0 the middle
+    # of (0.5, 1), and the transform round-trips (by hand: 0.75 <-> z = 0)
+    assert C.from_unconstrained("hbm_efficiency", -50.0) == pytest.approx(0.5)
+    assert C.from_unconstrained("hbm_efficiency", 0.0) == pytest.approx(0.75)
+    assert C.to_unconstrained("hbm_efficiency", 0.75) == pytest.approx(0.0, abs=1e-12)
+    assert C.from_unconstrained("gemm_efficiency", 0.0) == pytest.approx(0.5)  # no floor
+    text = C.dumps(C.load(default_calibration()))
+    assert "floors = {hbm_efficiency = 0.5}" in text
+    # a file written with other transforms (an older dse: no floors) is refused, naming
+    # the key, rather than read with its offsets meaning something else
+    old = tmp_path / "old.toml"
+    old.write_text(text.replace("floors = {hbm_efficiency = 0.5}\n", ""))
+    assert main(["validate", str(DATA), "--calibration", str(old), "-o",
+                 str(tmp_path / "v")]) == 2
+    err = capsys.readouterr().err
+    assert "calibration.floors" in err and "hbm_efficiency >= 0.5" in err and err.count("\n") == 1
+    assert not (tmp_path / "v").exists()
+
+
 DECODE_STUDY = """
 [study]
 name = "tg512"
