@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import os
 import shutil
+import socket
 import tempfile
 import uuid
 from collections.abc import Iterable
@@ -39,13 +41,41 @@ def replace_path(source: Path, path: Path) -> None:
         os.replace(source, path)
 
 
+_HOST = socket.gethostname().replace("-", "_") or "host"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists, owned by another user
+        return True
+    return True
+
+
+def remove_leftovers(path: Path) -> None:
+    """Remove the temporaries a killed writer of ``path`` left beside it (``kill -9``: no
+    ``finally`` ran): those named by this host and a process id no longer running. A
+    live writer's, or another host's (a shared file system), are left alone."""
+    for old in path.parent.glob(f".{glob.escape(path.name)}.tmp-*"):
+        parts = old.name[len(path.name) + len(".tmp-") + 1:].split("-")
+        if len(parts) == 2:  # an older dse's name, without the host: taken as this one's
+            parts = [_HOST] + parts
+        if len(parts) == 3 and parts[0] == _HOST and parts[1].isdigit() and not _alive(
+                int(parts[1])):
+            remove_path(old)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path):
     """A temporary name beside ``path`` to write to; renamed to ``path`` when the block
-    completes, removed if it raises."""
+    completes, removed if it raises. Temporaries of earlier writers of ``path`` that were
+    killed are removed first (:func:`remove_leftovers`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    remove_leftovers(path)
+    tmp = path.with_name(f".{path.name}.tmp-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         yield tmp
         if tmp.is_dir():

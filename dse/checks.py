@@ -15,6 +15,33 @@ from .errors import InputError, suggest
 
 _MISSING = object()
 
+# The most an input file may hold: a study, hardware or model card, model config.json or
+# calibration (the largest shipped, calibrations/public.toml, is 0.25 MB), and a CSV of
+# measurements (data/measured_silicon.csv: 5.8 MB). A symlink to /dev/zero was read
+# until the kernel's OOM killer stopped it.
+MAX_TEXT_BYTES = 16 * 2 ** 20
+MAX_CSV_BYTES = 256 * 2 ** 20
+
+
+def read_text(path, limit: int = MAX_TEXT_BYTES, kind: str = "a UTF-8 text file") -> str:
+    """The text of input file ``path``: UTF-8 (a leading byte-order mark, as spreadsheets
+    and some editors write, dropped), read at most ``limit`` bytes. Larger files, endless
+    ones (/dev/zero) and other encodings are refused by name, with the line of the first
+    byte that is not UTF-8. OSErrors (not found, a directory) are the caller's."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(path, None, f"larger than {limit // 2 ** 20} MiB (reading stopped there)",
+                         f"{kind} of at most {limit // 2 ** 20} MiB")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise InputError(path, "encoding", f"byte 0x{data[e.start]:02x} on line {line} is not "
+                         "UTF-8", kind + " in UTF-8 (Latin-1 converted with iconv -f latin1 "
+                         "-t utf-8)") from None
+
+
 
 def dotted(prefix: str, key: str) -> str:
     return f"{prefix}.{key}" if prefix else key

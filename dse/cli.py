@@ -74,6 +74,8 @@ def _cmd_search(args) -> int:
     from .search.files import default_output, summary, write_files
     from .study.study import load_study
 
+    if args.n_trials is not None and args.n_trials < 1:  # 0 or -5 ran no trial, exit 3
+        raise InputError("-n", None, f"value {args.n_trials} is not valid", "an integer >= 1")
     study = load_study(args.study)
     deploy = None
     if args.emit:  # -o names the directory of the launch files; the trials go inside it

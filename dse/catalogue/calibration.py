@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import checks
 from ..atomic import atomic_path
 from ..errors import InputError
 
@@ -330,7 +331,7 @@ def load(path, referrer: str | None = None, key: str = "calibration") -> Calibra
     if not path.is_file():
         raise InputError(referrer or str(path), key, f"file {str(path)!r} not found",
                          "a calibration .toml (e.g. calibrations/public.toml)")
-    return loads(path.read_text(), str(path))
+    return loads(checks.read_text(path, kind="a calibration TOML"), str(path))
 
 
 def save(cal: Calibration, path) -> Path:

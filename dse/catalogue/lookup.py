@@ -19,6 +19,7 @@ import re
 import tomllib
 from pathlib import Path
 
+from .. import checks
 from ..errors import InputError
 from .hardware import HardwareCard
 from .model import ModelCard, card_from_hf_config
@@ -141,8 +142,7 @@ def model_names() -> list[str]:
 
 def _read_toml(path: Path, referrer: str | None, key: str | None) -> dict:
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
+        return tomllib.loads(checks.read_text(path, kind="a TOML card"))
     except FileNotFoundError:
         raise InputError(referrer or path, key, f"file {str(path)!r} not found") from None
     except tomllib.TOMLDecodeError as err:
@@ -163,7 +163,7 @@ def _load_hardware_file(path: Path) -> HardwareCard:
 def _load_model_file(path: Path) -> ModelCard:
     if path.suffix == ".json":
         try:
-            config = json.loads(path.read_text())
+            config = json.loads(checks.read_text(path, kind="a model config.json"))
         except json.JSONDecodeError as err:
             raise InputError(path, None, f"not valid JSON: {err}") from None
         stem = path.parent.name if path.name == "config.json" else path.stem

@@ -107,6 +107,9 @@ def heatmap(res: Result, metric: str | None = None, x: str | None = None,
         raise NotApplicable(f"a {res.kind} result has no grid")
     metric = pick_metric(res, metric)
     chosen = [check_axis(res, a, k) for k, a in (("--x", x), ("--y", y)) if a is not None]
+    if x is not None and x == y:
+        raise InputError(res.file, "--y", f"axis {y!r} is already --x",
+                         "another axis: " + (", ".join(a for a in res.axes if a != x) or "none"))
     axes = [a for a in res.axes if res.ds.sizes[a] > 1 and a not in chosen]
     rank = {a: i for i, a in enumerate(PREFERRED)}
     inner = sorted((a for a in axes if a not in FACETS),

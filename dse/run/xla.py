@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from . import devices
@@ -70,7 +71,14 @@ def enable_compilation_cache(path=None) -> None:
     import jax
 
     path = Path(path or os.environ.get("DSE_CACHE_DIR") or Path.home() / ".cache/dse/jax")
-    path.mkdir(parents=True, exist_ok=True)
+    try:  # a cache is optional: where it cannot be written, say so once and run without
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        print(f"dse: warning: compilation cache {str(path)!r} is not usable "
+              f"({e.strerror or e}); running without it", file=sys.stderr)
+        return
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

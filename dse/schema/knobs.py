@@ -25,8 +25,8 @@ def knob(default, kind: str, help: str, units: str = "1", long_name: str | None 
 KINDS = {
     "model": "a model name from `dse models`, a model .toml or a Hugging Face config.json path",
     "hardware": "a hardware name from `dse hardware` or a hardware .toml path",
-    "int": "a positive integer",
-    "int0": "a non-negative integer",
+    "int": "a positive integer up to 2^53 - 1",
+    "int0": "a non-negative integer up to 2^53 - 1",
     "usecase": "a use-case preset name (see `dse usecases`)",
     "reserve": "a fraction in [0, 1)",
     "unit": "a number in [0, 1]",

@@ -38,6 +38,9 @@ def search(study, *, out: str | Path | None = None, n_trials: int | None = None,
     results = Path(out) if out is not None else default_path(study)
     cfg = dataclasses.replace(study.search, storage=storage_url(study.search, results))
     if n_trials is not None:
+        if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
+            raise InputError(study.file, "n_trials", f"value {n_trials!r} is not valid",
+                             "an integer >= 1 (the trials to add)")
         cfg = dataclasses.replace(cfg, n_trials=n_trials)
     opt = open_study(cfg, study)
     told = run_trials(study, cfg, opt, progress)

@@ -23,6 +23,7 @@ from ..schema.knobs import KINDS, OPTIMIZERS, PP_SCHEDULES, RECOMPUTE, SERVING
 
 _RANGE_KEYS = ("start", "stop", "step", "num", "log", "factor")
 _MAX_RANGE = 10_000_000
+MAX_INT = 2 ** 53 - 1  # the largest whole number every float64 below it holds exactly
 
 
 def _number(value) -> bool:
@@ -73,7 +74,10 @@ def check_scalar(value: Any, kind: str, file, key: str) -> Any:
     if not _number(value) or not math.isfinite(value):
         raise InputError(file, key, f"value {value!r} is not valid", allowed)
     if kind in ("int", "int0"):
-        if not float(value).is_integer() or value < (1 if kind == "int" else 0):
+        # past 2^53 a float holds no whole number exactly (1e300 became a 301-digit int
+        # that no array dtype holds)
+        if not float(value).is_integer() or value < (1 if kind == "int" else 0) or (
+                value > MAX_INT):
             raise InputError(file, key, f"value {value!r} is not valid", allowed)
         return int(value)
     if kind == "reserve" and not 0 <= value < 1:
@@ -143,6 +147,9 @@ def expand_range(spec: dict, kind: str, file, key: str) -> list:
         raise InputError(file, key, f"range has more than {_MAX_RANGE} values", form)
     values = [float(v) for v in values]
     if kind in ("int", "int0"):
+        if values and max(values) > MAX_INT:
+            raise InputError(file, f"{key}.stop", f"value {max(values):g} is not valid",
+                             KINDS[kind])
         values = list(dict.fromkeys(int(round(v)) for v in values))
     return values
 

@@ -191,11 +191,11 @@ def load_study(path: str | Path) -> Study:
     """Read and validate a study file."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = checks.read_text(path, kind="a study TOML")
     except FileNotFoundError:
         raise InputError(path, None, "study file not found") from None
-    except (IsADirectoryError, UnicodeDecodeError) as err:
-        raise InputError(path, None, f"cannot read the study file: {err}") from None
+    except OSError as err:  # a directory, a file it may not read
+        raise InputError(path, None, f"cannot read the study file: {err.strerror or err}") from None
     return parse_study(text, str(path), base_dir=path.parent)
 
 

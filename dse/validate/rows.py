@@ -40,10 +40,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
+import itertools
 import re
 from pathlib import Path
 from typing import Any
 
+from .. import checks
 from ..catalogue.lookup import all_hardware, load_model, resolve_name
 from ..errors import InputError
 from ..catalogue.model import ModelCard
@@ -622,18 +625,30 @@ def pooled(cases: list[Case], framework: str | None) -> list[Case]:
     return [dataclasses.replace(c, framework=framework) for c in cases]
 
 
+# The most rows one CSV may hold: 20x data/measured_silicon.csv. Every row is a point of
+# the evaluator (dse validate scores the 10,442 silicon rows in ~40 s on 2 cores, so the
+# limit is about 15 minutes); a 1e6-row file ran for minutes without a word.
+MAX_ROWS = 200_000
+
+
 def read(path) -> tuple[list[Case], list[Skip]]:
     """Every row of a measured-results CSV as a Case or a Skip (with its reason)."""
     path = Path(path)
     if not path.is_file():
-        raise InputError(str(path), "DATA", "file not found", "a CSV in the measured_public schema")
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise InputError(str(path), missing[0], "column missing",
-                             "the columns of measured_public.csv: " + ", ".join(COLUMNS))
-        rows = list(reader)
+        raise InputError(str(path), "DATA", "not a regular file" if path.exists() else
+                         "file not found", "a CSV in the measured_public schema")
+    # UTF-8, with or without the byte-order mark a spreadsheet's "CSV UTF-8" export writes
+    # (read as part of the first column's name, it made "id: column missing"), bounded
+    text = checks.read_text(path, checks.MAX_CSV_BYTES, "a CSV")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise InputError(str(path), missing[0], "column missing",
+                         "the columns of measured_public.csv: " + ", ".join(COLUMNS))
+    rows = list(itertools.islice(reader, MAX_ROWS + 1))
+    if len(rows) > MAX_ROWS:
+        raise InputError(str(path), "rows", f"more than {MAX_ROWS:,} rows",
+                         f"at most {MAX_ROWS:,} rows per file (split it)")
     if not rows:
         raise InputError(str(path), "rows", "no data rows", "at least one measured row")
     cases, skips = [], []

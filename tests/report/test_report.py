@@ -214,6 +214,9 @@ def _bad(tmp_path, swept):
                       "unsupported extension"),
         "kind": (["plot", str(sweep_nc), "violin"], "KIND", "unknown figure kind"),
         "axis": (["plot", str(sweep_nc), "heatmap", "--x", "seq"], "--x", "no axis 'seq'"),
+        # issue 36 row 5: the same axis twice was a ValueError traceback
+        "same axis": (["plot", str(sweep_nc), "heatmap", "--x", "tp", "--y", "tp", "-o",
+                       str(tmp_path / "out" / "h.png")], "--y", "axis 'tp' is already --x"),
         "metric": (["plot", str(sweep_nc), "pareto", "--metric", "speed"], "--metric",
                    "no variable"),
         "figure extension": (["plot", str(sweep_nc), "heatmap", "-o",
@@ -227,7 +230,8 @@ def _bad(tmp_path, swept):
     }
 
 
-@pytest.mark.parametrize("case", ["missing", "foreign", "extension", "kind", "axis", "metric",
+@pytest.mark.parametrize("case", ["missing", "foreign", "extension", "kind", "axis", "same axis",
+                                  "metric",
                                   "figure extension", "not applicable", "option", "out dir"])
 def test_bad_input_exits_2_with_one_line(case, tmp_path, swept, capsys):
     argv, key, problem = _bad(tmp_path, swept)[case]

@@ -247,3 +247,19 @@ def test_a_batch_written_in_one_transaction_is_what_optuna_writes(tmp_path):
     assert len(mine) == 7 and [t[0] for t in mine] == list(range(7))
     assert mine == theirs
     assert not write_rdb(optuna.create_study(), frozen)  # in memory: not a database
+
+
+@pytest.mark.parametrize("n", ["0", "-5"])
+def test_no_trials_to_add_is_bad_input(n, tmp_path, capsys):
+    # issue 36 row 10: -n 0 or -n -5 ran no trial and exited 3, "no feasible
+    # configuration among 0 trials"; the library refuses the same count
+    from dse.errors import InputError
+    from dse.search.api import search
+
+    path = small(tmp_path)
+    assert main(["search", str(path), "-o", str(tmp_path / "r.nc"), "-n", n]) == 2
+    err = capsys.readouterr().err
+    assert err == f"dse: error: -n: value {n} is not valid (allowed: an integer >= 1)\n"
+    with pytest.raises(InputError, match="n_trials"):
+        search(path, out=tmp_path / "r.nc", n_trials=int(n))
+    assert not list(tmp_path.glob("r*"))

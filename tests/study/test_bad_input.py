@@ -40,6 +40,12 @@ CASES = {
                            "axes.hbm_bw_scale"),
     "zero_batch": (GOOD.replace("[1, 8]", "[0, 8]"), "axes.batch[0]"),
     "fractional_batch": (GOOD.replace("[1, 8]", "1.5"), "axes.batch"),
+    # issue 36 row 3: past 2^53 - 1 no float holds a whole number exactly (1e300 became a
+    # 301-digit int and an xarray traceback)
+    "huge_batch_float": (GOOD.replace("[1, 8]", "1e300"), "axes.batch"),
+    "huge_batch_int": (GOOD.replace("[1, 8]", "99999999999999999999"), "axes.batch"),
+    "huge_batch_range": (GOOD.replace("[1, 8]", "{ start = 1, stop = 1e300, factor = 10 }"),
+                         "axes.batch.stop"),
     "empty_axis": (GOOD.replace("[1, 8]", "[]"), "axes.batch"),
     "duplicate_values": (GOOD.replace("[1, 8]", "[8, 8]"), "axes.batch"),
     "bad_range": (GOOD.replace("[1, 8]", "{ start = 8, stop = 1, step = 1 }"), "axes.batch"),
@@ -191,3 +197,39 @@ def test_usecase_conflicts_with_explicit_lengths(tmp_path, capsys):
                      'usecase = "chat"\ninput_len = 100\n')
     assert main(["sweep", str(study)]) == 2
     assert "axes.input_len" in capsys.readouterr().err
+
+
+def test_an_endless_or_foreign_encoded_study_is_refused_and_a_bom_read(tmp_path, capsys):
+    # issue 36 row 1: a study that is a symlink to /dev/zero was read until the kernel's
+    # OOM killer stopped it; now reading stops at the input limit (16 MiB)
+    endless = tmp_path / "zero.toml"
+    endless.symlink_to("/dev/zero")
+    assert main(["sweep", str(endless), "-o", str(tmp_path / "o.nc")]) == 2
+    err = capsys.readouterr().err
+    assert "zero.toml: larger than 16 MiB" in err and err.count("\n") == 1
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes(b'[study]\nname = "caf\xe9"\n')
+    assert main(["sweep", str(latin), "-o", str(tmp_path / "o.nc")]) == 2
+    err = capsys.readouterr().err
+    assert "latin.toml: encoding: byte 0xe9 on line 2 is not UTF-8" in err
+    # an editor's byte-order mark is not TOML, but it is UTF-8: read as the text after it
+    bom = tmp_path / "bom.toml"
+    bom.write_bytes(b"\xef\xbb\xbf" + GOOD.format(out=tmp_path / "bom.nc").encode())
+    assert main(["sweep", str(bom), "-q"]) == 0
+    assert (tmp_path / "bom.nc").exists() and not (tmp_path / "o.nc").exists()
+
+
+def test_a_csv_past_the_row_limit_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    # issue 36 row 8: a 1e6-row CSV ran for minutes without a word
+    from dse.validate import rows
+
+    from ..conftest import ROOT
+
+    monkeypatch.setattr(rows, "MAX_ROWS", 2)
+    head = b"".join((ROOT / "data" / "measured_public.csv").read_bytes().splitlines(True)[:4])
+    big = tmp_path / "big.csv"
+    big.write_bytes(head)
+    assert main(["validate", str(big), "-o", str(tmp_path / "v")]) == 2
+    err = capsys.readouterr().err
+    assert "big.csv: rows: more than 2 rows" in err and err.count("\n") == 1
+    assert not (tmp_path / "v").exists()

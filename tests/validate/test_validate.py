@@ -171,6 +171,26 @@ def test_a_floored_fraction_stays_above_its_floor_and_files_record_it(tmp_path, 
     assert not (tmp_path / "v").exists()
 
 
+def test_a_csv_with_a_byte_order_mark_is_read_and_one_in_latin1_refused(tmp_path, capsys):
+    # issue 36 rows 4 and 11: a spreadsheet's "CSV UTF-8" export starts with a byte-order
+    # mark (it read as part of the first column's name: "id: column missing"); a Latin-1
+    # byte was a UnicodeDecodeError traceback
+    from dse.validate import rows
+
+    head = b"".join(DATA.read_bytes().splitlines(keepends=True)[:3])
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + head)
+    plain = tmp_path / "plain.csv"
+    plain.write_bytes(head)
+    assert [c.id for c in rows.read(bom)[0]] == [c.id for c in rows.read(plain)[0]]
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes(head + head.splitlines(keepends=True)[1].replace(b",", b"\xe9,", 1))
+    assert main(["validate", str(latin), "-o", str(tmp_path / "v")]) == 2
+    err = capsys.readouterr().err
+    assert "latin.csv: encoding: byte 0xe9 on line 4 is not UTF-8" in err and err.count("\n") == 1
+    assert not (tmp_path / "v").exists()
+
+
 DECODE_STUDY = """
 [study]
 name = "tg512"

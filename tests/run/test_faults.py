@@ -1,0 +1,63 @@
+"""Faults around a run: the compilation cache is optional (a place it cannot use is said
+once and skipped: issue 36 row 6, a file, /dev/null or an unwritable folder was a
+FileExistsError or OSError traceback), and a killed writer's temporaries do not stay."""
+
+import jax
+import pytest
+import xarray as xr
+
+from dse.cli import main
+
+STUDY = """[study]
+name = "cache"
+[axes]
+model = "llama-2-7b"
+hardware = "h100-sxm"
+batch = [1, 8]
+"""
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file", "/dev/null"])
+def test_an_unusable_cache_is_said_once_and_the_run_goes_on(where, tmp_path, monkeypatch,
+                                                            capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    cache = {"a file": blocker, "under a file": blocker / "jax", "/dev/null": "/dev/null"}[where]
+    monkeypatch.setenv("DSE_CACHE_DIR", str(cache))
+    study, out = tmp_path / "s.toml", tmp_path / "out.nc"
+    study.write_text(STUDY)
+    before = jax.config.jax_compilation_cache_dir
+    assert main(["sweep", str(study), "-o", str(out), "-q"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not usable" in err and "running without it" in err
+    assert "Traceback" not in err
+    assert int(xr.open_dataset(out).valid.sum()) == 2
+    assert jax.config.jax_compilation_cache_dir == before  # the run's own cache untouched
+    assert blocker.read_text() == ""
+
+
+def test_a_killed_writers_temporary_goes_with_the_next_run_of_its_target(tmp_path):
+    # issue 36 row 9: `kill -9` of a sweep to netCDF left a 204 MB .NAME.nc.tmp-PID-*
+    # forever. The next write of the same target removes the temporaries of this host's
+    # dead processes (an older dse's names too) and leaves a live process's and another
+    # host's (a shared file system) alone.
+    import os
+    import subprocess
+    import sys
+
+    from dse import atomic
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    study, out = tmp_path / "s.toml", tmp_path / "out.nc"
+    study.write_text(STUDY)
+    host = atomic._HOST
+    left = [tmp_path / f".out.nc.tmp-{host}-{dead}-0badc0de",
+            tmp_path / f".out.nc.tmp-{dead}-0badc0de"]  # as dse wrote it before
+    kept = [tmp_path / f".out.nc.tmp-{host}-{os.getpid()}-0badc0de",  # alive: this test
+            tmp_path / f".out.nc.tmp-another_host-{dead}-0badc0de",
+            tmp_path / f".other.nc.tmp-{host}-{dead}-0badc0de"]  # another target's
+    for p in left + kept:
+        p.write_bytes(b"partial")
+    assert main(["sweep", str(study), "-o", str(out), "-q"]) == 0
+    assert out.exists() and not any(p.exists() for p in left) and all(p.exists() for p in kept)
