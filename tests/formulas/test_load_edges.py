@@ -62,3 +62,23 @@ def test_an_open_loop_near_the_decode_limit_reaches_its_fixed_point(x64):
     by_hand = rate * 999.0 * (A + B) / (1.0 - rate * 999.0 * B - rate * C * 64.0)
     assert b == pytest.approx(by_hand, rel=0.03)
     assert b < SLOTS and not out["overloaded"]
+
+
+def test_one_output_token_has_no_inter_token_time_in_any_statistic(tmp_path):
+    """Issue 36 row 13: with one output token a request never decodes, so its TPOT is
+    undefined and dse's mean says 0; the percentiles said 14 ms and the E2E P99 came out
+    below the TTFT P99. By definition E2E = TTFT + decode time per request: with no decode
+    every E2E percentile is the TTFT one, and with two tokens each is at least it."""
+    import dse
+
+    study = tmp_path / "s.toml"
+    study.write_text('[study]\nname = "one"\n[axes]\nmodel = "llama-2-7b"\n'
+                     'hardware = "h100-sxm"\ninput_len = 512\noutput_len = [1, 2]\n'
+                     'request_rate = 2\n')
+    ds = dse.sweep(study, progress=False)
+    one, two = ds.sel(output_len=1), ds.sel(output_len=2)
+    for q in ("p50", "p90", "p99"):
+        assert float(one[f"tpot_{q}_s"]) == float(one["tpot_s"]) == 0.0
+        assert float(one[f"e2e_{q}_s"]) == float(one[f"ttft_{q}_s"])
+        assert float(two[f"tpot_{q}_s"]) > 0.0
+        assert float(two[f"e2e_{q}_s"]) >= float(two[f"ttft_{q}_s"])
