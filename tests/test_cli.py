@@ -104,6 +104,30 @@ def test_hugging_face_config_by_path(tmp_path):
     assert ds["n_params"].values[0] == ds["n_params"].values[1]
 
 
+# bert-base-uncased's config.json (abridged): an encoder
+BERT_BASE = {"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 768,
+             "intermediate_size": 3072, "max_position_embeddings": 512,
+             "num_attention_heads": 12, "num_hidden_layers": 12, "vocab_size": 30522}
+
+
+@pytest.mark.parametrize("config, key, problem", [
+    (BERT_BASE, "model_type", "'bert' is an encoder or encoder-decoder model"),
+    (dict(LLAMA_2_7B_HF, hidden_size=1e12), "hidden_size", "value 1000000000000.0 is not valid"),
+    (dict(LLAMA_2_7B_HF, num_hidden_layers="32"), "num_hidden_layers", "value '32' is not valid"),
+])
+def test_a_config_dse_cannot_cost_is_refused_by_name(config, key, problem, tmp_path, capsys):
+    # issue 36 row 12: a BertModel's config was costed as a decoder, and hidden_size 1e12
+    # (a JSON float) was reported "missing"
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    study = tmp_path / "s.toml"
+    study.write_text('[axes]\nmodel = "m/config.json"\nhardware = "h100-sxm"\n')
+    assert main(["sweep", str(study), "-o", str(tmp_path / "o.nc"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"config.json: {key}: {problem}" in err and err.count("\n") == 1
+    assert not (tmp_path / "o.nc").exists()
+
+
 def test_the_command_exits_with_mains_code_and_flushed_output(tmp_path):
     """``python -m dse`` ends through dse.cli.entry (exit handlers run, streams flushed,
     then os._exit): the exit code is main's, piped output is whole, files are complete."""

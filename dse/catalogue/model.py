@@ -286,6 +286,15 @@ def _hf_layer_pattern(config: Mapping[str, Any], model_type: str, out: dict) -> 
     return extra
 
 
+# Hugging Face model types that are encoders or encoder-decoders (issue 36 row 12: a
+# BertModel's config.json was costed as a decoder).
+_ENCODER_TYPES = frozenset({
+    "bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta",
+    "deberta-v2", "camembert", "ernie", "mpnet", "modernbert", "nomic_bert", "xlm", "flaubert",
+    "t5", "mt5", "umt5", "longt5", "bart", "mbart", "pegasus", "marian", "m2m_100", "nllb",
+    "whisper", "encoder-decoder", "vit", "clip", "siglip"})
+
+
 def card_from_hf_config(config: Mapping[str, Any], file: str, name: str) -> ModelCard:
     """Translate a Hugging Face ``config.json`` into a catalogue card.
 
@@ -300,13 +309,23 @@ def card_from_hf_config(config: Mapping[str, Any], file: str, name: str) -> Mode
         config.setdefault("_name_or_path", outer.get("_name_or_path"))
     out: dict[str, Any] = {"name": name, "long_name": config.get("_name_or_path") or name,
                            "source": file}
+    model_type = str(config.get("model_type", "")).lower()
+    if config.get("is_encoder_decoder") is True or model_type in _ENCODER_TYPES:
+        # costed as a decoder, an encoder's numbers would be wrong without a word
+        raise InputError(file, "model_type", f"{model_type or 'an encoder-decoder'!r} is an "
+                         "encoder or encoder-decoder model, which dse does not cost",
+                         "a config.json of a decoder-only transformer")
     for key, candidates in _HF_KEYS.items():
         for candidate in candidates:
             value = config.get(candidate)
-            if isinstance(value, int) and not isinstance(value, bool):
-                out[key] = value
-                break
-    model_type = str(config.get("model_type", "")).lower()
+            if value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or not (
+                    0 <= value <= 2 ** 53 - 1):  # 1e12 (a JSON float) was called "missing"
+                raise InputError(file, candidate, f"value {value!r} is not valid",
+                                 "a non-negative whole number (a JSON integer)")
+            out[key] = value
+            break
     if "d_ff" not in out and "d_model" in out:
         out["d_ff"] = 4 * out["d_model"]
     if out.get("n_experts") and "d_ff_expert" not in out:
