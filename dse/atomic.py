@@ -122,6 +122,7 @@ def check_writable(path, source, key: str | None = None, suffixes: Iterable[str]
 
 
 def no_space(err: BaseException) -> bool:
-    """Whether ``err`` is a full disk (ENOSPC, or HDF5's words for it)."""
-    return (isinstance(err, OSError) and err.errno == errno.ENOSPC) or (
-        "No space left on device" in str(err))
+    """Whether ``err`` is a full disk (ENOSPC, or HDF5's words for it) or the process's
+    file-size limit (EFBIG: ``ulimit -f``), the two ways a result outgrows its room."""
+    return (isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EFBIG)) or (
+        "No space left on device" in str(err) or "File too large" in str(err))

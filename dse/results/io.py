@@ -45,5 +45,30 @@ def _to_netcdf(ds: xr.Dataset, path: Path, encoding: dict | None) -> None:
     store = H5NetCDFStore.open(path, mode="w", lock=HDF5_LOCK)
     try:
         ds.dump_to_store(store, encoding=encoding or {})
-    finally:
         store.close()
+    except BaseException:
+        _abandon(store)
+        raise
+
+
+def _abandon(store) -> None:
+    """Close the file of a netCDF write that failed (a full disk) without writing more.
+
+    h5netcdf's close flushes first; on a file HDF5 could not extend the flush raises,
+    leaves the file open, and the next attempt (the garbage collector's, at exit) crashed
+    the process (a segfault after the clean "disk filled up" line). So: close the HDF5 file
+    itself, mark the netCDF one closed, then let xarray drop it."""
+    try:
+        nc = store._manager.acquire()
+        h5 = nc._h5file
+    except Exception:  # never opened, or already closed
+        return
+    try:
+        h5.close()
+    except Exception:
+        pass
+    nc._closed = True  # h5netcdf.File: its close (and __del__) skip the flush
+    try:
+        store._manager.close()
+    except Exception:
+        pass

@@ -146,7 +146,8 @@ def sweep_to_file(study: Study | str | Path, out: str | Path | None = None, *,
         if not no_space(err):
             raise
         Partial(path).remove()
-        raise InputError(study.file, "output.path", f"{path}: the disk filled up while the "
+        raise InputError(study.file, "output.path", f"{path}: the disk filled up (or the file-size "
+                         "limit was reached) while the "
                          "results were written; nothing was kept",
                          f"free space, another disk, or a smaller study ({budget.HOW_TO_REDUCE})"
                          ) from None

@@ -6,6 +6,7 @@ partial file."""
 from __future__ import annotations
 
 import errno
+import re
 
 import pytest
 
@@ -175,3 +176,38 @@ def test_every_verb_checks_its_output_first(verb, out, tmp_path, capsys, no_eval
             "plot": ["plot", str(tmp_path / "x.nc"), "heatmap"]}[verb]
     assert main(argv + ["-o", target]) == 2
     _one_line_error(capsys, "-o", target)
+
+
+def test_a_real_write_failure_ends_clean_and_keeps_the_old_result(tmp_path):
+    """Issue 36 row 2: netCDF onto a disk that fills mid-write printed the clean line and
+    then segfaulted (h5netcdf's flush retried at exit on the file HDF5 could not extend),
+    3 runs of 3. Here HDF5 really fails: the process's file-size limit (ulimit -f, EFBIG,
+    as a full disk does with ENOSPC) is below the result's size, in a process of its own
+    (zarr writes files smaller than the limit: its full disk is the in-process test
+    above). Exit 2 with one line, the earlier result untouched, no temporary left."""
+    suffix = ".nc"
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    study = tmp_path / "grid.toml"
+    # the README's study on 60 batch sizes: a 2 MB result, cut at 0.5 MB (a smaller one
+    # failing at its first write did not crash before the fix)
+    text = (ROOT / "studies" / "llama-serving.toml").read_text()
+    study.write_text(re.sub(r"(?m)^batch = .*$", "batch = { start = 1, stop = 256, num = 60 }",
+                            text))
+    out = tmp_path / f"out{suffix}"
+    out.write_bytes(b"the earlier result")
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (500_000, 500_000))
+
+    run = subprocess.run([sys.executable, "-m", "dse", "sweep", str(study), "-o", str(out),
+                          "--force", "-q"], preexec_fn=limit, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert run.stderr.count("\n") == 1 and "file-size limit" in run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["grid.toml", out.name]
+    assert out.read_bytes() == b"the earlier result"
