@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 from . import devices
@@ -80,5 +81,47 @@ def enable_compilation_cache(path=None) -> None:
               f"({e.strerror or e}); running without it", file=sys.stderr)
         return
     jax.config.update("jax_compilation_cache_dir", str(path))
+    _heal_on_damage()
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+DAMAGED = "Error reading persistent compilation cache entry"  # JAX's warning
+
+
+def remove_damaged_entries(path) -> int:
+    """Remove the entries of XLA's compilation cache in ``path`` that do not decompress
+    (a run killed while JAX wrote one: JAX writes in place); returns how many. JAX reads
+    such an entry, warns, recompiles and, finding the file there, never replaces it."""
+    from jax._src import compilation_cache as cc  # its own format: compressed, then timed
+
+    removed = 0
+    for entry in Path(path).glob("*-cache"):
+        try:
+            cc.extract_executable_and_time(cc.decompress_executable(entry.read_bytes()))
+        except Exception:
+            entry.unlink(missing_ok=True)
+            entry.with_name(entry.name[:-len("-cache")] + "-atime").unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def _heal_on_damage() -> None:
+    """On JAX's warning that it could not read a cache entry, remove the damaged entries
+    (the next compile of that program writes it again) and say so in one line instead."""
+    previous = warnings.showwarning
+    if getattr(previous, "_dse_heals", False):
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if DAMAGED not in str(message):
+            return previous(message, category, filename, lineno, file, line)
+        import jax
+
+        folder = jax.config.jax_compilation_cache_dir
+        removed = remove_damaged_entries(folder) if folder else 0
+        print(f"dse: warning: a damaged entry of the compilation cache {folder!r} was read; "
+              f"{removed} removed, the program recompiled", file=sys.stderr)
+
+    show._dse_heals = True
+    warnings.showwarning = show

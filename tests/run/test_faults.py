@@ -61,3 +61,35 @@ def test_a_killed_writers_temporary_goes_with_the_next_run_of_its_target(tmp_pat
         p.write_bytes(b"partial")
     assert main(["sweep", str(study), "-o", str(out), "-q"]) == 0
     assert out.exists() and not any(p.exists() for p in left) and all(p.exists() for p in kept)
+
+
+def test_a_damaged_compilation_cache_entry_is_replaced(tmp_path):
+    # issue 36 row 7: a truncated entry of XLA's cache (a run killed while JAX wrote it in
+    # place) gave correct values, but JAX warned and recompiled on every later run: it
+    # never replaces a file that is there. dse removes the damaged entries on JAX's
+    # warning, says so in one line, and the next run reads the rewritten entry quietly.
+    import os
+    import subprocess
+    import sys
+
+    study = tmp_path / "s.toml"
+    study.write_text(STUDY)
+    env = dict(os.environ, DSE_CACHE_DIR=str(tmp_path / "cache"))
+
+    def sweep():
+        run = subprocess.run([sys.executable, "-m", "dse", "sweep", str(study), "-o",
+                              str(tmp_path / "o.nc"), "-q"], env=env, capture_output=True,
+                             text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-2000:]
+        return run.stderr
+
+    assert sweep() == ""
+    entries = sorted((tmp_path / "cache").glob("*-cache"), key=lambda p: p.stat().st_size)
+    damaged = entries[-1]
+    whole = damaged.read_bytes()
+    damaged.write_bytes(whole[:len(whole) // 2])
+    err = sweep()
+    assert err.count("\n") == 1 and "damaged entry of the compilation cache" in err
+    assert "1 removed" in err and "site-packages" not in err
+    assert damaged.exists() and damaged.stat().st_size > len(whole) // 2  # written again
+    assert sweep() == ""
