@@ -93,3 +93,59 @@ def test_a_damaged_compilation_cache_entry_is_replaced(tmp_path):
     assert "1 removed" in err and "site-packages" not in err
     assert damaged.exists() and damaged.stat().st_size > len(whole) // 2  # written again
     assert sweep() == ""
+
+
+def test_sweeps_killed_at_random_moments_leave_the_whole_result_or_none(tmp_path):
+    # issue 36: a sweep killed (SIGKILL, no cleanup of its own) at 10 random moments, five
+    # to netCDF and five to zarr, from start-up through evaluation and writing: after each
+    # kill the target is absent or the whole result, and the next run of the same target
+    # completes it identically to an uninterrupted one and leaves no temporary behind.
+    import os
+    import random
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import numpy as np
+
+    from ..conftest import ROOT
+
+    text = (ROOT / "studies" / "llama-serving.toml").read_text()
+    study = tmp_path / "s.toml"
+    study.write_text(re.sub(r"(?m)^batch = .*$", "batch = { start = 1, stop = 256, num = 60 }",
+                            text))
+
+    def command(out):
+        return [sys.executable, "-m", "dse", "sweep", str(study), "-o", str(out), "-q"]
+
+    def read(out):
+        ds = xr.open_zarr(out) if out.suffix == ".zarr" else xr.open_dataset(out)
+        return {v: ds[v].values for v in ds.data_vars}
+
+    rng = random.Random(36)
+    for suffix in (".nc", ".zarr"):
+        reference = tmp_path / f"reference{suffix}"
+        start = time.perf_counter()
+        subprocess.run(command(reference), check=True, capture_output=True, timeout=600)
+        whole = time.perf_counter() - start
+        expect = read(reference)
+        out = tmp_path / f"out{suffix}"
+        for _ in range(5):
+            proc = subprocess.Popen(command(out), stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            time.sleep(rng.uniform(0.2, 1.1) * whole)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            if out.exists():  # finished before the kill, or completed earlier: whole
+                got = read(out)
+                assert got.keys() == expect.keys()
+                for v in expect:
+                    np.testing.assert_array_equal(got[v], expect[v], err_msg=v)
+        subprocess.run(command(out), check=True, capture_output=True, timeout=600)
+        got = read(out)
+        for v in expect:
+            np.testing.assert_array_equal(got[v], expect[v], err_msg=v)
+        left = [p.name for p in tmp_path.iterdir() if p.name.startswith(f".out{suffix}")]
+        assert left == [], left
