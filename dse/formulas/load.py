@@ -201,13 +201,17 @@ def _tagged(step, nodes: _Nodes, s: _State, p, closed, full: bool):
     # prompts arriving with it: closed loop, the others finishing in the same step;
     # open loop, those arriving during the (size-biased) step it arrives in
     arrivals = jnp.where(closed, x * s.tbar, x * et2 / s.tbar) * p["share"]
-    # prompt tokens carried over from step to step (the buffer beyond the budget)
-    backlog = jnp.maximum(s.f * p["buffer"] - p["work"], 0.0)
     # open loop: the wait for the prompt server, M/G/1 in time: its unfinished work at an
     # arrival (Pollaczek-Khinchine, in tokens at M per full step) beyond the step in
     # progress and the carry-over, at t_full per M tokens; busy with probability rho_t
     pk = (x * p["share"] * nodes.prompt_m2 * p["t_full"]
           / (2.0 * p["cap"] * (1.0 - p["rho_t"])))
+    # prompt tokens carried over from step to step (the buffer beyond the budget), at most
+    # the open loop's unfinished prompt work: where a prompt step's mean work nears the
+    # budget, the buffer's lognormal inverts to an unbounded mean (2e5 tokens at 80% of
+    # capacity, 2e4 at 90%: a TTFT that fell as the load rose)
+    backlog = jnp.maximum(s.f * p["buffer"] - p["work"], 0.0)
+    backlog = jnp.where(closed, backlog, jnp.minimum(backlog, pk))
     current = jnp.minimum(p["work"] / s.f, p["cap"])
     prompt_wait = jnp.where(closed, 0.0, jnp.maximum(pk - current - backlog, 0.0)
                             / p["cap"] * p["t_full"])
