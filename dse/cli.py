@@ -438,6 +438,25 @@ def _stop_if_interrupted(*_) -> None:
         raise KeyboardInterrupt
 
 
+# The command-line arguments that name files, by their argparse destination and flag.
+PATH_ARGUMENTS = {"study": "STUDY", "data": "DATA", "result": "RESULT", "output": "-o",
+                  "calibration": "--calibration", "rows": "--rows", "emit": "--emit"}
+
+
+def check_path_arguments(args) -> None:
+    """The file arguments' names within the file system's limit on one name (255 bytes):
+    past it every stat raises ENAMETOOLONG, wherever the name is first used."""
+    for dest, flag in PATH_ARGUMENTS.items():
+        values = getattr(args, dest, None)
+        for value in values if isinstance(values, list) else [values]:
+            if not isinstance(value, (str, os.PathLike)):
+                continue
+            long = [p for p in Path(value).parts if len(os.fsencode(p)) > 255]
+            if long:
+                raise InputError(flag, None, f"a name of {len(os.fsencode(long[0]))} bytes in "
+                                 f"{str(value)[:60]!r}...", "names of at most 255 bytes")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -452,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:  # not the main thread: leave signals alone
         previous = None
     try:
+        check_path_arguments(args)
         code = args.run(args)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
         return code
