@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
+from . import checks
 from .errors import InputError
 
 
@@ -104,10 +105,8 @@ def check_writable(path, source, key: str | None = None, suffixes: Iterable[str]
         raise refuse(f"unsupported extension {path.suffix or '(none)'!r}",
                      "a path ending in " + " or ".join(suffixes))
     is_store = directory or path.suffix == ".zarr"
-    too_long = [part for part in path.parts if len(os.fsencode(part)) > 255]
-    if too_long:  # the file system's limit on one name (stat raised ENAMETOOLONG)
-        raise refuse(f"a name of {len(os.fsencode(too_long[0]))} bytes",
-                     "names of at most 255 bytes")
+    if size := checks.long_name(path):  # the file system's limit on one name
+        raise refuse(f"a name of {size} bytes", f"names of at most {checks.NAME_MAX} bytes")
     if path.exists() and path.is_dir() != is_store:
         raise refuse("is a directory" if path.is_dir() else "is a file",
                      "a directory to write into" if is_store else "a file name")

@@ -8,7 +8,9 @@ the key (dotted, ``search.n_trials``), the value and what is allowed.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from .errors import InputError, suggest
@@ -21,6 +23,16 @@ _MISSING = object()
 # until the kernel's OOM killer stopped it.
 MAX_TEXT_BYTES = 16 * 2 ** 20
 MAX_CSV_BYTES = 256 * 2 ** 20
+
+
+NAME_MAX = 255  # bytes in one name of a path (Linux, macOS): past it every stat fails
+
+
+def long_name(path) -> int:
+    """The byte length of ``path``'s longest name where it is past :data:`NAME_MAX`
+    (0 where none is): such a path raises ENAMETOOLONG wherever it is first used."""
+    longest = max((len(os.fsencode(p)) for p in Path(path).parts), default=0)
+    return longest if longest > NAME_MAX else 0
 
 
 def read_text(path, limit: int = MAX_TEXT_BYTES, kind: str = "a UTF-8 text file") -> str:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from .atomic import check_writable
+from . import checks
 from .errors import InputError
 
 EXIT_INPUT = 2
@@ -451,10 +452,9 @@ def check_path_arguments(args) -> None:
         for value in values if isinstance(values, list) else [values]:
             if not isinstance(value, (str, os.PathLike)):
                 continue
-            long = [p for p in Path(value).parts if len(os.fsencode(p)) > 255]
-            if long:
-                raise InputError(flag, None, f"a name of {len(os.fsencode(long[0]))} bytes in "
-                                 f"{str(value)[:60]!r}...", "names of at most 255 bytes")
+            if size := checks.long_name(value):
+                raise InputError(flag, None, f"a name of {size} bytes in {str(value)[:60]!r}...",
+                                 f"names of at most {checks.NAME_MAX} bytes")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -627,7 +627,7 @@ def pooled(cases: list[Case], framework: str | None) -> list[Case]:
 
 # The most rows one CSV may hold: 20x data/measured_silicon.csv. Every row is a point of
 # the evaluator (dse validate scores the 10,442 silicon rows in ~40 s on 2 cores, so the
-# limit is about 15 minutes); a 1e6-row file ran for minutes without a word.
+# limit is about 13 minutes); a 1e6-row file ran for minutes without a word.
 MAX_ROWS = 200_000
 
 
