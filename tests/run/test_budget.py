@@ -185,12 +185,10 @@ def test_a_real_write_failure_ends_clean_and_keeps_the_old_result(tmp_path):
     as a full disk does with ENOSPC) is below the result's size, in a process of its own
     (zarr writes files smaller than the limit: its full disk is the in-process test
     above). Exit 2 with one line, the earlier result untouched, no temporary left."""
-    suffix = ".nc"
-    import resource
-    import signal
     import subprocess
     import sys
 
+    suffix = ".nc"
     study = tmp_path / "grid.toml"
     # the README's study on 60 batch sizes: a 2 MB result, cut at 0.5 MB (a smaller one
     # failing at its first write did not crash before the fix)
@@ -200,12 +198,13 @@ def test_a_real_write_failure_ends_clean_and_keeps_the_old_result(tmp_path):
     out = tmp_path / f"out{suffix}"
     out.write_bytes(b"the earlier result")
 
-    def limit():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (500_000, 500_000))
-
-    run = subprocess.run([sys.executable, "-m", "dse", "sweep", str(study), "-o", str(out),
-                          "--force", "-q"], preexec_fn=limit, capture_output=True, text=True,
+    # the limit set in the child before it becomes dse (exec), not by a preexec_fn: a
+    # fork of this multithreaded (JAX) process may deadlock before its exec
+    limited = ("import os, resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+               "resource.setrlimit(resource.RLIMIT_FSIZE, (500_000, 500_000)); "
+               "os.execv(sys.executable, [sys.executable] + sys.argv[1:])")
+    run = subprocess.run([sys.executable, "-c", limited, "-m", "dse", "sweep", str(study), "-o",
+                          str(out), "--force", "-q"], capture_output=True, text=True,
                          timeout=600)
     assert run.returncode == 2, run.stderr[-2000:]
     assert run.stderr.count("\n") == 1 and "file-size limit" in run.stderr
