@@ -23,8 +23,6 @@ _MISSING = object()
 # until the kernel's OOM killer stopped it.
 MAX_TEXT_BYTES = 16 * 2 ** 20
 MAX_CSV_BYTES = 256 * 2 ** 20
-
-
 NAME_MAX = 255  # bytes in one name of a path (Linux, macOS): past it every stat fails
 
 
@@ -52,7 +50,6 @@ def read_text(path, limit: int = MAX_TEXT_BYTES, kind: str = "a UTF-8 text file"
         raise InputError(path, "encoding", f"byte 0x{data[e.start]:02x} on line {line} is not "
                          "UTF-8", kind + " in UTF-8 (Latin-1 converted with iconv -f latin1 "
                          "-t utf-8)") from None
-
 
 
 def dotted(prefix: str, key: str) -> str:
