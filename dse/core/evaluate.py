@@ -206,7 +206,11 @@ def _pooled(p: InferencePoint) -> InferencePoint:
         prefix_cache_hit=three(p.prefix_cache_hit, p.prefix_cache_hit,
                                1.0 - 1.0 / jnp.maximum(p.input_len, 1.0)),
         request_rate=three(p.request_rate, p.request_rate / p.prefill_workers,
-                           p.request_rate / p.decode_workers))
+                           p.request_rate / p.decode_workers),
+        # a closed loop: each pool's workers share the clients (dse.formulas.disagg)
+        # (a prefill worker runs one client, its queue follows in disagg.combine)
+        concurrency=three(p.concurrency, jnp.minimum(p.concurrency, 1.0),
+                          p.concurrency / p.decode_workers))
     return dataclasses.replace(lead, **pool)
 
 
@@ -258,7 +262,7 @@ def _evaluate_disagg(p: InferencePoint, models: ModelSpec, hardware: HardwareSpe
         return o["energy_per_tok_j"] * o["throughput_tok_s"]
 
     joined = disagg.combine(
-        p.request_rate, p.output_len, pre, dec, p.prefill_workers, p.decode_workers, transfer,
+        p.request_rate, p.concurrency, p.output_len, pre, dec, p.prefill_workers, p.decode_workers, transfer,
         p.kv_transfer_overlap, m.n_layers, usd_per_s,
         p.prefill_workers * watts(pre) + p.decode_workers * watts(dec), p.ttft_slo_s,
         p.tpot_slo_s)

@@ -28,12 +28,22 @@ Joined (DistServe, Zhong et al. OSDI 2024, section 3; Mooncake, Qin et al. FAST 
   pool's wait for a slot; TPOT is the decode pool's at its running batch; E2E = TTFT +
   the decode pool's time for the rest. Percentiles add the prefill pool's TTFT
   percentile to the decode pool's (comonotone: an upper bound on the sum's percentile).
+- Closed loops (``concurrency`` = C benchmark clients, each sending its next request
+  when the last one ends): the decode workers share the clients, C / decode_workers
+  each, run as a closed loop of the load model (an upper bound on the running batch:
+  each client spends part of its cycle in the prefill pool); a prefill worker runs one
+  prompt alone, and the queue in front of it follows from the deployment's throughput X,
+  the fixed point of X x E2E(X) = C (Little's law) with an M/D/1 wait at the prefill
+  workers' load (:func:`prefill_queue`). Lock-step waves do not form: a decode pool
+  staggers the clients' returns (aiconfigurator-core's silicon runs: TTFT at 128
+  clients is 3x that at 4, not the 30x of a wave).
 - Goodput: requests/s x P(TTFT <= ttft_slo_s) x P(TPOT <= tpot_slo_s), each probability
   read from the P50/P90/P99 (lognormal between them in log time).
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax.scipy.special import ndtr
 
@@ -70,14 +80,60 @@ def share_within(limit, p50, p90, p99):
     return jnp.where(limit > 0.0, ndtr(z), 1.0)
 
 
-def combine(rate, out_len, prefill: dict, decode: dict, workers_p, workers_d, transfer,
-            overlap, n_layers, usd_per_s, watts, ttft_slo, tpot_slo) -> dict:
+BISECTIONS = 40  # of the closed loop's throughput (a factor 2^-40 of its bracket)
+
+
+def prefill_queue(clients, workers_p, service_s, cycle_s):
+    """A closed loop's throughput X (requests/s) and its mean wait W (s) in front of a
+    prefill worker: ``clients`` in all, each back after ``cycle_s`` + W (the rest of its
+    cycle: its own prefill, the transfer, its decode), ``workers_p`` workers that each
+    finish a prompt per ``service_s`` at most (1 / the worker's capacity).
+
+    Many clients on long, unequal cycles arrive at a worker nearly at random: W is the
+    M/D/1 wait (Pollaczek-Khinchine, deterministic service), rho S / (2 (1 - rho)) at
+    rho = X S / workers_p, and at most the (clients / workers_p - 1) S of every other
+    client of the worker ahead; X solves X (cycle + W(X)) = clients, by bisection (the
+    left side grows with X; at X = 0 it is 0, at min(clients / cycle, workers_p / S) at
+    least clients)."""
+    share = jnp.maximum(clients / workers_p - 1.0, 0.0)
+
+    def wait(x):
+        rho = jnp.clip(x * service_s / workers_p, 0.0, 1.0 - 1e-9)
+        return jnp.minimum(rho * service_s / (2.0 * (1.0 - rho)), share * service_s)
+
+    hi = jnp.minimum(clients / jnp.maximum(cycle_s, 1e-30), workers_p / service_s)
+
+    def step(_, bounds):
+        lo, hi = bounds
+        mid = 0.5 * (lo + hi)
+        high = mid * (cycle_s + wait(mid)) > clients
+        return jnp.where(high, lo, mid), jnp.where(high, mid, hi)
+
+    lo, hi = jax.lax.fori_loop(0, BISECTIONS, step, (0.0 * hi, hi))
+    # Little's law at the throughput found (the M/D/1 wait at the fixed point; where the
+    # workers' bound stops X first, the wait that bound leaves)
+    return lo, jnp.maximum(clients / jnp.maximum(lo, 1e-30) - cycle_s, 0.0)
+
+
+def wait_quantile(mean_wait, rho, q):
+    """The q-quantile of an M/D/1-like wait of mean ``mean_wait`` at load ``rho``: a
+    request waits with probability rho, and then about exponentially (Kingman's heavy-
+    traffic form, P(W > t) = rho exp(-rho t / mean_wait))."""
+    safe = jnp.clip(rho, 1e-9, 1.0 - 1e-9)
+    return jnp.maximum(mean_wait / safe * jnp.log(safe / (1.0 - q)), 0.0)
+
+
+def combine(rate, clients, out_len, prefill: dict, decode: dict, workers_p, workers_d,
+            transfer, overlap, n_layers, usd_per_s, watts, ttft_slo, tpot_slo) -> dict:
     """The deployment's outputs from one prefill worker's and one decode worker's under
-    their shares of ``rate`` (dicts of the load model's outputs)."""
+    their shares of the load (dicts of the load model's outputs): ``rate`` requests/s
+    (open loop), or ``clients`` (closed loop; rate 0): throughput by Little's law over
+    the whole deployment, clients / E2E; a closed loop is never overloaded."""
+    closed = clients > 0.0
     cap_p = workers_p * prefill["capacity_req_s"]
     cap_d = workers_d * decode["capacity_req_s"]
     capacity = jnp.minimum(cap_p, cap_d)
-    over = rate >= capacity
+    over = ~closed & (rate >= capacity)
     nan = jnp.nan
 
     def latency(v):
@@ -87,19 +143,29 @@ def combine(rate, out_len, prefill: dict, decode: dict, workers_p, workers_d, tr
                            0.0)
     exposed = exposed_transfer_s(transfer, pre_time, overlap, n_layers)
     wait = decode["queue_s"]
-    ttft = prefill["ttft_s"] + exposed + wait
     # the frontend once, with the prompt (the prefill worker's TTFT counts it; the decode
     # worker's E2E counts it again)
     once = decode["frontend_s"]
     rest = jnp.maximum(decode["e2e_s"] - wait - once, 0.0)
+    # a closed loop: the prefill worker ran one client (its prompt alone), the queue in
+    # front of it follows from the deployment's throughput (prefill_queue)
+    service = 1.0 / jnp.maximum(prefill["capacity_req_s"], 1e-30)
+    x_closed, queue_p = prefill_queue(jnp.maximum(clients, 1.0), workers_p, service,
+                                      prefill["ttft_s"] + exposed + wait + rest)
+    queue_p = jnp.where(closed, queue_p, 0.0)
+    rho_p = x_closed * service / workers_p
+    ttft = prefill["ttft_s"] + queue_p + exposed + wait
     out = dict(ttft_s=ttft, tpot_s=decode["tpot_s"], e2e_s=ttft + rest,
-               queue_s=prefill["queue_s"] + wait, frontend_s=prefill["frontend_s"])
-    for q in ("p50", "p90", "p99"):
-        out[f"ttft_{q}_s"] = prefill[f"ttft_{q}_s"] + exposed + wait
+               queue_s=prefill["queue_s"] + queue_p + wait, frontend_s=prefill["frontend_s"])
+    for q, share in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+        queued = jnp.where(closed, wait_quantile(queue_p, rho_p, share), 0.0)
+        out[f"ttft_{q}_s"] = prefill[f"ttft_{q}_s"] + queued + exposed + wait
         out[f"tpot_{q}_s"] = decode[f"tpot_{q}_s"]
-        out[f"e2e_{q}_s"] = prefill[f"ttft_{q}_s"] + exposed + decode[f"e2e_{q}_s"] - once
+        out[f"e2e_{q}_s"] = (prefill[f"ttft_{q}_s"] + queued + exposed + decode[f"e2e_{q}_s"]
+                             - once)
     out = {k: latency(v) for k, v in out.items()}
-    requests = jnp.minimum(rate, capacity)
+    offered = jnp.where(closed, x_closed, rate)
+    requests = jnp.minimum(offered, capacity)
     tokens = requests * out_len
     good = requests * share_within(ttft_slo, out["ttft_p50_s"], out["ttft_p90_s"],
                                    out["ttft_p99_s"]) * share_within(
@@ -109,8 +175,8 @@ def combine(rate, out_len, prefill: dict, decode: dict, workers_p, workers_d, tr
         kv_transfer_s=transfer + 0.0 * rate, prefill_capacity_req_s=cap_p,
         decode_capacity_req_s=cap_d, capacity_req_s=capacity,
         bottleneck=jnp.where(cap_p <= cap_d, float(PREFILL), float(DECODE)),
-        prefill_utilization=rate / cap_p, decode_utilization=rate / cap_d,
-        utilization=rate / capacity, overloaded=over,
+        prefill_utilization=offered / cap_p, decode_utilization=offered / cap_d,
+        utilization=offered / capacity, overloaded=over,
         request_throughput_req_s=requests, throughput_tok_s=tokens,
         tokens_per_s_per_user=latency(1.0 / decode["tpot_s"]),
         cost_per_mtok=usd_per_s / tokens * 1e6, energy_per_tok_j=watts / tokens,

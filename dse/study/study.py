@@ -441,13 +441,12 @@ def _check_disagg(study: Study, axes_raw: dict, derived: bool = False) -> Study:
             return dataclasses.replace(study, output=dataclasses.replace(study.output,
                                                                          variables=kept))
         return study
-    if any(v > 0 for v in study.values("concurrency")):
-        raise InputError(file, "axes.concurrency", "disaggregated serving is modelled under "
-                         "open-loop arrivals only", "axes.request_rate > 0 with serving = "
-                         '"disagg" (no concurrency)')
-    if any(v <= 0 for v in study.values("request_rate")):
-        raise InputError(file, "axes.serving", '"disagg" needs a request load at every point',
-                         "axes.request_rate > 0 (requests/s to the deployment)")
+    key = "concurrency" if any(v > 0 for v in study.values("concurrency")) else "request_rate"
+    if any(v <= 0 for v in study.values(key)):
+        named = f"axes.{key}" if study.under_load else "axes.serving"
+        raise InputError(file, named, '"disagg" needs a request load at every point',
+                         "axes.request_rate > 0 (requests/s to the deployment) or "
+                         "axes.concurrency > 0 (closed-loop clients)")
     if study.output.breakdown:
         raise InputError(file, "output.breakdown", "is not drawn for disaggregated serving",
                          'breakdown = false, or serving = "agg"')

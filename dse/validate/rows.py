@@ -546,8 +546,11 @@ def _disagg_knobs(row, knobs: dict, framework: str) -> str:
         knobs.update(pool=pool, workers=layout["workers"])
         return said
     if _number(row, "concurrency", float, 0.0) > 0.0:
-        raise _Unscorable("unmodelled", "closed loops (concurrency) under disaggregation are "
-                          "not modelled")
+        missing = [f"{p}_workers" for p in ("prefill", "decode")
+                   if not (row.get(f"{p}_workers") or "").strip()]
+        if missing:  # a closed loop's clients per worker follow from the worker counts
+            raise _Unscorable("unmodelled", f"a closed loop under disaggregation without "
+                              f"{' and '.join(missing)}: the clients per worker are unknown")
     layouts = {p: _pool_layout(row, p) for p in ("prefill", "decode")}
     d = layouts["decode"]
     # the deployment's own layout (the aggregated slot of the pool axis) is the decode

@@ -120,3 +120,74 @@ def test_share_within_reads_the_percentiles():
     x = float(np.exp(0.5 * z.inv_cdf(0.95)))
     assert float(share_within(x, q[0.5], q[0.9], q[0.99])) == pytest.approx(0.95, abs=1e-6)
     assert float(share_within(0.0, q[0.5], q[0.9], q[0.99])) == 1.0
+
+
+def test_prefill_queue_by_hand():
+    """The closed loop's throughput X and wait W at the prefill workers, solved by hand
+    from X (Z + W(X)) = C with the M/D/1 wait W = rho S / (2 (1 - rho)), rho = X S / P:
+    times (1 - X S / P), X Z (1 - X S / P) + X^2 S^2 / (2 P) = C (1 - X S / P), the
+    quadratic a X^2 + b X + c = 0 with a = S / P (S / 2 - Z), b = Z + C S / P, c = -C,
+    whose smaller positive root is X. S = 0.1 s, Z = 1 s:
+
+    - C = 5, P = 1: 0.095 X^2 - 1.5 X + 5 = 0, X = (1.5 - sqrt(0.35)) / 0.19 = 4.7810/s,
+      W = C / X - Z = 0.0458 s;
+    - C = 50 (near the worker's 10/s): X = (6 - sqrt(17)) / 0.19 = 9.8781/s;
+    - C = 10, P = 2: 0.0475 X^2 - 1.5 X + 10 = 0.
+    - C = 2 on a short cycle (Z = 0.01 s): the worker's bound, X = P / S = 10/s, where
+      Little's law leaves W = 2 / 10 - 0.01 = 0.19 s."""
+    import jax
+
+    from dse.formulas.disagg import prefill_queue
+
+    def by_hand(c, p, s, z):
+        a, b = -s / p * (s / 2 - z), -(z + c * s / p)  # -a X^2 - b X - C = 0 flipped
+        return (-b - np.sqrt(b * b - 4 * a * c)) / (2 * a)
+
+    with jax.enable_x64(True):
+        def solve(c, p, s, z):
+            x, w = prefill_queue(np.float64(c), np.float64(p), np.float64(s), np.float64(z))
+            return float(x), float(w)
+
+        x, w = solve(5, 1, 0.1, 1.0)
+        assert x == pytest.approx((1.5 - np.sqrt(0.35)) / 0.19, rel=1e-9)
+        assert w == pytest.approx(5 / x - 1.0, rel=1e-9)
+        assert w == pytest.approx(0.1 * x * 0.1 / (2 * (1 - 0.1 * x)), rel=1e-9)
+        assert solve(50, 1, 0.1, 1.0)[0] == pytest.approx((6 - np.sqrt(17)) / 0.19, rel=1e-9)
+        for c, p in ((5, 1), (50, 1), (10, 2), (30, 4)):
+            assert solve(c, p, 0.1, 1.0)[0] == pytest.approx(by_hand(c, p, 0.1, 1.0),
+                                                             rel=1e-9), (c, p)
+        x, w = solve(2, 1, 0.1, 0.01)
+        assert x == pytest.approx(10.0, rel=1e-9) and w == pytest.approx(0.19, rel=1e-6)
+
+
+def test_a_closed_loop_of_one_client_waits_for_nothing():
+    """One client under disaggregation meets no queue: its TTFT is the open loop's at a
+    vanishing rate (the prompt alone, the transfer, the decode worker's step in progress
+    aside: a closed loop's client arrives as its last request ends, the open loop's at
+    random, so that residual is compared apart), its throughput 1 / E2E; more clients
+    queue at the prefill worker and share the decode worker's batch, and Little's law
+    holds: throughput x E2E = clients."""
+    text = study_text(
+        model="llama-3.1-70b", hardware="h100-sxm", framework="vllm", weight_bits=8,
+        tp=8, serving="disagg", prefill_workers=1, prefill_tp=8, decode_workers=1,
+        decode_tp=8, input_len=PROMPT, output_len=500, concurrency=[1, 8, 64])
+    study = parse_study(text.replace('name = "t"', 'name = "t"\ndtype = "float64"'), "<t>")
+    closed = sweep(study, progress=False)
+    opened = sweep(parse_study(text.replace("concurrency = [1, 8, 64]",
+                                            "request_rate = 1e-6").replace(
+        'name = "t"', 'name = "t"\ndtype = "float64"'), "<t>"), progress=False)
+    one = {k: closed[k].sel(concurrency=1).item()
+           for k in ("ttft_s", "e2e_s", "request_throughput_req_s", "queue_s", "tpot_s")}
+    assert one["request_throughput_req_s"] == pytest.approx(1.0 / one["e2e_s"], rel=1e-9)
+    assert one["tpot_s"] == pytest.approx(float(opened.tpot_s), rel=1e-3)
+    # the open loop's TTFT counts half a decode step of residual at the decode worker;
+    # the rest agrees to the open loop's 1e-6 requests/s (the closed and open branches
+    # of the load model meet there: 2.3e-5 apart)
+    assert one["ttft_s"] == pytest.approx(float(opened.ttft_s) - float(opened.queue_s)
+                                          + one["queue_s"], rel=1e-4)
+    x = closed["request_throughput_req_s"].values
+    e2e = closed["e2e_s"].values
+    np.testing.assert_allclose(x * e2e, [1.0, 8.0, 64.0], rtol=1e-9)
+    ttft = closed["ttft_s"].values
+    assert ttft[0] < ttft[1] < ttft[2]
+    assert bool(closed["valid"].all())

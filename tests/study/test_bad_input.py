@@ -137,8 +137,9 @@ CASES = {
                                 "axes.decode_moe_tp"),
     "disagg_without_load": (GOOD.replace("batch = [1, 8]", 'serving = "disagg"'),
                             "axes.serving"),
-    "disagg_closed_loop": (GOOD.replace("batch = [1, 8]", 'serving = "disagg"\n'
-                                        "concurrency = 8"), "axes.concurrency"),
+    "disagg_closed_loop_without_load": (GOOD.replace("batch = [1, 8]", 'serving = "disagg"\n'
+                                                     "concurrency = [0, 8]"),
+                                        "axes.concurrency"),
     "disagg_output_of_nothing": (GOOD.replace("batch = [1, 8]", "request_rate = 2").replace(
         "path =", 'variables = ["kv_transfer_s"]\npath ='), "output.variables"),
     "unknown_pool_hardware": (GOOD.replace("batch = [1, 8]", 'request_rate = 2\n'

@@ -47,8 +47,13 @@ ROWS = [
     _row(id="decode-pool-total", metric="output_tokens_per_s", value="6000",
          **dict(DECODE, pool="decode", request_rate="")),
     # what is not modelled, and what is malformed
+    # a closed loop: 16 clients; without worker counts their share per worker is unknown
     _row(id="closed", metric="ttft_ms", value="300", **dict(RUN, request_rate="",
                                                            concurrency="16")),
+    _row(id="closed-tpot", metric="tpot_ms", value="20", **dict(RUN, request_rate="",
+                                                               concurrency="16")),
+    _row(id="closed-unknown-workers", metric="ttft_ms", value="300",
+         **dict(RUN, request_rate="", concurrency="16", decode_workers="")),
     _row(id="mtp", metric="tokens_per_s_per_gpu", value="3000",
          **dict(DECODE, pool="decode", request_rate="", notes="decode with MTP (2 drafts)")),
     _row(id="pool-latency", metric="tpot_ms", value="20", **dict(DECODE, pool="decode")),
@@ -127,9 +132,19 @@ def test_a_pool_row_is_that_pools_capacity_in_the_deployment(rows, study):
     assert _scored(rows, "decode-pool-total") == pytest.approx(decode * 199, rel=1e-9)
 
 
+def test_a_closed_loop_row_predicts_what_the_study_of_its_keys_writes(rows):
+    """16 clients on the same deployment: the row is the study's point with concurrency
+    16 in place of the request rate."""
+    closed = sweep(parse_study(STUDY.format(cal=default_calibration()).replace(
+        "request_rate = 4", "concurrency = 16"), "pd.toml"), progress=False)
+    assert _scored(rows, "closed") == pytest.approx(float(closed.ttft_s) * 1e3, rel=1e-9)
+    assert _scored(rows, "closed-tpot") == pytest.approx(float(closed.tpot_s) * 1e3, rel=1e-9)
+
+
 def test_what_cannot_be_scored_says_why(rows):
-    assert rows["closed"]["status"] == "unmodelled"
-    assert "closed loops" in rows["closed"]["note"]
+    assert rows["closed-unknown-workers"]["status"] == "unmodelled"
+    assert "decode_workers: the clients per worker are unknown" in rows[
+        "closed-unknown-workers"]["note"]
     assert rows["mtp"]["status"] == "unmodelled" and "speculative" in rows["mtp"]["note"]
     assert rows["pool-latency"]["status"] == "bad_row"
     assert "throughput" in rows["pool-latency"]["note"]

@@ -59,7 +59,8 @@ def test_each_run_becomes_a_ttft_and_a_tpot_row_with_its_fields(tmp_path):
 def test_converted_rows_read_as_load_points(tmp_path):
     """The aggregated MiniMax row is a closed loop of 512 clients over 4 attention-DP
     ranks (128 each, the cap), FP8; the Llama row's MoE columns (1, 1) say nothing of a
-    dense model and are dropped; the disaggregated closed loop says what is missing."""
+    dense model and are dropped; the disaggregated closed loop of 4 clients has one
+    prefill worker (attention DP 4, experts over 4) and four decode workers (tp 8, ep 8)."""
     mm, _, kimi, _, llama, _ = (case(r) for r in _converted(tmp_path))
     assert isinstance(mm, Case) and mm.model.name == "minimax-m2"
     k = mm.knobs
@@ -68,8 +69,12 @@ def test_converted_rows_read_as_load_points(tmp_path):
     assert (k["weight_bits"], k["act_bits"], k["kv_bits"]) == (8.0, 8.0, 16.0)
     assert mm.framework == "vllm" and mm.n_devices == 16
     assert isinstance(llama, Case) and llama.knobs["tp"] == 1
-    assert isinstance(kimi, Skip) and kimi.status == "unmodelled"
-    assert "closed loops" in kimi.reason
+    assert isinstance(kimi, Case) and kimi.model.name == "kimi-k2"
+    k = kimi.knobs
+    assert (k["serving"], k["concurrency"], k["prefill_workers"], k["decode_workers"]) == (
+        1.0, 4.0, 1.0, 4.0)
+    assert (k["prefill_dp"], k["prefill_ep"], k["decode_tp"], k["decode_ep"]) == (
+        4.0, 4.0, 8.0, 8.0)
 
 
 def test_the_shipped_conversion_is_whole():
