@@ -13,6 +13,7 @@ Cases:
   example       studies/llama-serving.toml (the README's study, 1,728 points)
   serving-load  studies/serving-load.toml (closed and open loops under a load)
   disagg        studies/disagg-deepseek.toml (disaggregated prefill and decode)
+  disagg-closed the same deployments under closed loops of 4-512 clients
   training      studies/training-parallelism.toml
   pipeline      studies/pipeline-apple-lan.toml (cross-machine)
   2e6           the example widened to 1,996,800 points (bench_startup.py's)
@@ -45,10 +46,11 @@ from bench_startup import EXAMPLE, STREAM, WIDER, _replaced
 DSE = [sys.executable, "-m", "dse"]
 STUDIES = ROOT / "studies"
 SWEEPS = {"example": STUDIES / "llama-serving.toml", "serving-load": STUDIES / "serving-load.toml",
-          "disagg": STUDIES / "disagg-deepseek.toml",
+          "disagg": STUDIES / "disagg-deepseek.toml", "disagg-closed": None,
           "training": STUDIES / "training-parallelism.toml",
           "pipeline": STUDIES / "pipeline-apple-lan.toml", "2e6": None, "1e8": None}
-COMPARED = ("example", "serving-load", "disagg", "training", "pipeline", "2e6")
+COMPARED = ("example", "serving-load", "disagg", "disagg-closed", "training", "pipeline",
+            "2e6")
 
 
 def argv_of(case: str, out: Path, tmp: Path) -> list[str]:
@@ -56,7 +58,13 @@ def argv_of(case: str, out: Path, tmp: Path) -> list[str]:
         path = SWEEPS[case]
         if path is None:
             path = tmp / f"{case}.toml"
-            path.write_text(STREAM if case == "1e8" else _replaced(EXAMPLE, WIDER[case]))
+            if case == "disagg-closed":
+                text = (STUDIES / "disagg-deepseek.toml").read_text().replace(
+                    "request_rate = [2, 4, 8, 16]", "concurrency = [4, 32, 128, 512]")
+                assert "concurrency" in text, "studies/disagg-deepseek.toml changed"
+            else:
+                text = STREAM if case == "1e8" else _replaced(EXAMPLE, WIDER[case])
+            path.write_text(text)
         return [*DSE, "sweep", str(path), "-o", str(out / f"{case}.nc"), "-q"]
     if case == "search":
         return [*DSE, "search", str(STUDIES / "search-serving.toml"), "-o",
@@ -130,7 +138,8 @@ def largest_difference(a: Path, b: Path) -> dict | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default="example,serving-load,disagg,training,pipeline,"
+    parser.add_argument("--cases", default="example,serving-load,disagg,disagg-closed,"
+                        "training,pipeline,"
                         "2e6,1e8,search,sensitivity,plan,validate,report")
     parser.add_argument("--platforms", default="default,cpu",
                         help="JAX platforms to run on (default: JAX's own choice)")
