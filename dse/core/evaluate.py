@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from ..catalogue.hardware import HardwareSpec
 from ..formulas import disagg, memory, params
 from ..formulas.inference import inference
-from ..formulas.serving import replica_load
+from ..formulas.serving import replica_load, spec_step_tokens
 from ..formulas.operators import stored_bits
 from ..formulas.pipeline import pipeline
 from ..formulas.roofline import compute_width, peak_at_width, surface_slot
@@ -122,7 +122,9 @@ def _serving(p: InferencePoint, hw: HardwareSpec) -> Serving:
                    jnp.where(p.max_num_tokens > 0.0, p.max_num_tokens,
                              hw.default_max_num_tokens),
                    hw.prefill_separate, p.prefix_cache_hit, p.input_len_cv, p.output_len_cv,
-                   p.ttft_slo_s, p.tpot_slo_s, hw.request_overhead_s)
+                   p.ttft_slo_s, p.tpot_slo_s, hw.request_overhead_s, p.spec_tokens,
+                   spec_step_tokens(p.spec_tokens, p.spec_acceptance, p.acceptance_rate))
+
 
 
 def inference_reasons(m: ModelSpec, p: InferencePoint, fits, draft: ModelSpec | None,

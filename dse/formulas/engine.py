@@ -51,6 +51,11 @@ class StepModel(NamedTuple):
     step_overhead_s: Any
     seq_overhead_s: Any
     pp: Any
+    # speculative decoding (spec_tokens = k > 0): a decoding sequence's attention for its
+    # k + 1 verified positions, and the model's layers (a draft layer is one of them)
+    verify_attention_s: Any = 0.0
+    verify_attention_stage_s: Any = 0.0
+    layers: Any = 1.0
 
 
 def _sum_body(parts: dict):
@@ -75,11 +80,11 @@ def _layers(m, s, p, ps: Pass, rates, par, o, features):
 
 
 def step_model(m, s, p: Precision, rates: Rates, par: Parallel, o: Options, features,
-               largest, input_len, context, budget, prefix_hit) -> StepModel:
+               largest, input_len, context, budget, prefix_hit, spec=None) -> StepModel:
     """The step of one replica; ``largest`` is the most tokens a step can hold (its table's
     range), ``context`` the mean context of a decoding sequence, ``budget`` the step's
     token budget (prompt chunks of at most that), ``prefix_hit`` the cached share of a
-    prompt."""
+    prompt, ``spec`` the draft tokens per decode step (None: no speculation)."""
     rank = max(jnp.ndim(x) for x in (largest, input_len, context, budget))
     k = np.arange(TABLE_NODES, dtype=float) / (TABLE_NODES - 1)
     tokens = jnp.maximum(largest, 2.0)[None] ** q.lead(k, rank)
@@ -102,11 +107,16 @@ def step_model(m, s, p: Precision, rates: Rates, par: Parallel, o: Options, feat
     share = (1.0 - prefix_hit ** 2) / computed
     hop = comm.pipeline_transfer_s(m.d_model * p.act_bits / 8.0, par.pp, par.tp, rates)
     latency = comm.pipeline_transfer_s(0.0, par.pp, par.tp, rates)
+    verify, verify_stage = decode_total, decode_stage
+    if spec is not None:  # k + 1 queries per sequence over its cache (absorbed MLA: decode)
+        _, (verify, verify_stage) = _layers(m, s, p, Pass("decode", 1.0, spec + 1.0, context,
+                                                          context), rates, par, o, features)
     return StepModel(tokens, hinges(tokens, body_total), hinges(tokens, body_stage),
                      hinges(tokens, head), decode_total,
                      jnp.where(par.pp > 1.0, decode_stage, decode_total),
                      prompt_total * share, jnp.where(par.pp > 1.0, prompt_stage, prompt_total) * share,
-                     hop - latency, latency, rates.step_overhead_s, rates.seq_overhead_s, par.pp)
+                     hop - latency, latency, rates.step_overhead_s, rates.seq_overhead_s, par.pp,
+                     verify, jnp.where(par.pp > 1.0, verify_stage, verify), m.n_layers)
 
 
 def hinges(nodes, values):
@@ -133,20 +143,37 @@ def interpolate(nodes, tables, x, rank: int, xp=jnp):
     return out
 
 
-def step_time(sm: StepModel, decode, prompt, chunks, rank: int, xp=jnp):
+def step_time(sm: StepModel, decode, prompt, chunks, rank: int, xp=jnp, spec=None):
     """Seconds of a step with ``decode`` sequences decoding and ``prompt`` tokens in
-    ``chunks`` prompt chunks (arrays broadcast; ``rank`` point axes, any leading axes)."""
+    ``chunks`` prompt chunks (arrays broadcast; ``rank`` point axes, any leading axes).
+
+    With ``spec`` = k draft tokens per step (MTP, EAGLE: Leviathan et al. 2023 with the
+    model's own draft layer, DeepSeek-V3 Sec. 2.2), each decoding sequence first drafts k
+    tokens, one pass of a draft layer and the LM head over the B sequences each (a layer
+    of the model: L(B) / layers and its attention over the cache, the head at B rows),
+    then the step verifies k + 1
+    positions per sequence: B (k + 1) token rows through the body and the head, and each
+    sequence's k + 1 queries over its cache."""
     seqs = decode + chunks
+    verified = decode if spec is None else decode * (spec + 1.0)
     micro = xp.minimum(sm.pp, xp.maximum(seqs, 1.0))
-    tokens = xp.maximum((decode + prompt) / micro, 1.0)
-    rows = xp.maximum(seqs / micro, 1.0)
+    tokens = xp.maximum((verified + prompt) / micro, 1.0)
+    rows = xp.maximum((verified + chunks) / micro, 1.0)
     body_total, body_stage = interpolate(sm.tokens, (sm.body_total, sm.body_stage), tokens,
                                          rank, xp)
     head, = interpolate(sm.tokens, (sm.head,), rows, rank, xp)
+    per_seq, per_seq_stage = ((sm.decode_attention_s, sm.decode_attention_stage_s)
+                              if spec is None else
+                              (sm.verify_attention_s, sm.verify_attention_stage_s))
     total = (body_total + head
-             + (decode * sm.decode_attention_s + prompt * sm.prompt_attention_s) / micro
+             + (decode * per_seq + prompt * sm.prompt_attention_s) / micro
              + tokens * sm.hop_s_per_token + sm.hop_latency_s)
     stage = (body_stage + head
-             + (decode * sm.decode_attention_stage_s + prompt * sm.prompt_attention_stage_s)
-             / micro)
-    return xp.maximum(total, micro * stage) + sm.step_overhead_s + sm.seq_overhead_s * seqs
+             + (decode * per_seq_stage + prompt * sm.prompt_attention_stage_s) / micro)
+    step = xp.maximum(total, micro * stage) + sm.step_overhead_s + sm.seq_overhead_s * seqs
+    if spec is None:
+        return step
+    drafted = xp.maximum(decode, 1.0)
+    layer, draft_head = interpolate(sm.tokens, (sm.body_total, sm.head), drafted, rank, xp)
+    draft = layer / sm.layers + draft_head + decode * sm.decode_attention_s / sm.layers
+    return step + xp.where(decode > 0.0, spec * draft, 0.0)

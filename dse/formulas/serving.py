@@ -24,6 +24,16 @@ def _mean_held(w: Workload, sv: Serving):
     return w.input_len + w.output_len * (1.0 + sv.output_len_cv ** 2) / 2.0
 
 
+def spec_step_tokens(k, accepted, a):
+    """Mean tokens a speculative decode step yields per sequence: ``accepted`` where
+    given (> 0), else from the per-token acceptance probability a, with the draft's k
+    tokens accepted in order until the first rejection and one token from the verify
+    pass: (1 - a^(k+1)) / (1 - a) (Leviathan et al. 2023, Eq. 1); 1 without drafts."""
+    sure = a >= 1.0
+    derived = jnp.where(sure, k + 1.0, (1.0 - a ** (k + 1.0)) / jnp.where(sure, 1.0, 1.0 - a))
+    return jnp.where(k > 0.0, jnp.where(accepted > 0.0, accepted, derived), 1.0)
+
+
 def replica_load(m: ModelSpec, s, p: Precision, w: Workload, sv: Serving, rates: Rates,
                  par: Parallel, o: Options, features: frozenset, capacity, weights):
     """(engine step model, load, lengths, KV bytes per running request, activation bytes,
@@ -32,19 +42,37 @@ def replica_load(m: ModelSpec, s, p: Precision, w: Workload, sv: Serving, rates:
         return _replica_load(m, s, p, w, sv, rates, par, o, features, capacity, weights)
 
 
+def draft_share(m: ModelSpec, spec):
+    """The draft layer's weights and cache over the model's (speculative decoding with a
+    draft layer of the model, as DeepSeek's MTP module: one more layer, one more layer's
+    KV): 1 / n_layers with drafts, 0 without."""
+    return jnp.where(spec > 0.0, 1.0 / m.n_layers, 0.0)
+
+
 def _replica_load(m, s, p, w, sv, rates, par, o, features, capacity, weights):
     mla = "mla" in features
+    spec = sv.spec_tokens if "mtp" in features else None
     held = _mean_held(w, sv)
     per_seq = memory.kv_cache_bytes(m, s, p, par.pp, 1.0, held, mla)
+    if spec is not None:
+        per_seq = per_seq * (1.0 + draft_share(m, spec))
+        weights = weights * (1.0 + draft_share(m, spec))
     act = memory.activation_bytes(m, s, p, par, 1.0, sv.max_num_tokens, 0.0, o.flash)
     room = capacity - weights - act
     holds = jnp.maximum(jnp.floor(room / jnp.maximum(per_seq, 1e-30)), 0.0)
     slots = jnp.maximum(jnp.minimum(sv.max_num_seqs, holds), 1.0)
-    sm = engine.step_model(m, s, p, rates, par, o, features, slots + sv.max_num_tokens,
-                           w.input_len, held, sv.max_num_tokens, sv.prefix_cache_hit)
-    ld = load.Load(sv.request_rate / par.dp, sv.concurrency / par.dp, sv.arrival_cv, slots,
+    largest = slots + sv.max_num_tokens if spec is None else slots * (spec + 1.0) + (
+        sv.max_num_tokens)
+    sm = engine.step_model(m, s, p, rates, par, o, features, largest,
+                           w.input_len, held, sv.max_num_tokens, sv.prefix_cache_hit, spec)
+    # a decode step of a speculative engine yields spec_step_tokens tokens per sequence:
+    # the load model runs its steps, 1 + (output_len - 1) / E of them per request (the
+    # load's shape takes the steps' axes: the load model's state is shaped by the load)
+    out_len = w.output_len if spec is None else 1.0 + (w.output_len - 1.0) / sv.spec_step_tokens
+    rate = sv.request_rate / par.dp + (0.0 if spec is None else 0.0 * out_len)
+    ld = load.Load(rate, sv.concurrency / par.dp, sv.arrival_cv, slots,
                    sv.max_num_tokens, sv.separate, sv.prefix_cache_hit)
-    lengths = load.Lengths(w.input_len, sv.input_len_cv, w.output_len, sv.output_len_cv)
+    lengths = load.Lengths(w.input_len, sv.input_len_cv, out_len, sv.output_len_cv)
     return sm, ld, lengths, per_seq, act, holds
 
 
@@ -55,6 +83,19 @@ def under_load(m: ModelSpec, s, p: Precision, w: Workload, sv: Serving, rates: R
     with node_axes():
         return _under_load(m, s, p, w, sv, rates, par, o, features, capacity, weights, power,
                            static)
+
+
+def _per_token(res: dict, tokens) -> dict:
+    """The load model's outputs over speculative steps, as per-token TPOT: each step's
+    time over the ``tokens`` it yields per sequence (its TPOT, percentiles and CDF)."""
+    out = dict(res, tpot_s=res["tpot_s"] / tokens)
+    for q in ("p50", "p90", "p99"):
+        if f"tpot_{q}_s" in res:
+            out[f"tpot_{q}_s"] = res[f"tpot_{q}_s"] / tokens
+    if "tpot_cdf" in res:
+        cdf = res["tpot_cdf"]
+        out["tpot_cdf"] = lambda v: cdf(v * tokens)
+    return out
 
 
 def node_axes():
@@ -71,10 +112,15 @@ def _under_load(m, s, p, w, sv, rates, par, o, features, capacity, weights, powe
                                                          features, capacity, weights)
     rank = max(jnp.ndim(x) for x in (*lengths, *ld))
 
+    spec = sv.spec_tokens if "mtp" in features else None
+
     def step(decode, prompt, chunks):
-        return engine.step_time(sm, decode, prompt, chunks, rank)
+        return engine.step_time(sm, decode, prompt, chunks, rank, spec=spec)
 
     res = load.serve(step, lengths, ld)
+    if spec is not None:  # per token: a step's time over the tokens it yields
+        res = _per_token(res, sv.spec_step_tokens)
+        weights = weights * (1.0 + draft_share(m, spec))
     loaded = (sv.concurrency > 0.0) | (sv.request_rate > 0.0)
     over = loaded & res["overloaded"]
     nan = jnp.nan

@@ -232,6 +232,8 @@ class Serving(NamedTuple):
     ttft_slo_s: Any  # 0: none
     tpot_slo_s: Any
     frontend_s: Any = 0.0  # host seconds per request outside the engine steps
+    spec_tokens: Any = 0.0  # draft tokens per decode step (MTP / EAGLE; 0: none)
+    spec_step_tokens: Any = 1.0  # mean tokens a decode step yields per sequence
 
 
 class Power(NamedTuple):

@@ -44,6 +44,7 @@ KINDS = {
                  "adafactor) or its state bytes per parameter (a number >= 0)",
     "rate": "a number of requests per second >= 0 (0: none)",
     "cv": "a coefficient of variation >= 0 (0: fixed)",
+    "accepted": "a mean number of tokens per step >= 1, or 0 (from acceptance_rate)",
     "cv_positive": "a coefficient of variation > 0 (1: Poisson)",
     "framework": "a serving framework: vllm, sglang, trtllm, llama.cpp, generic",
     "serving": "one of \"agg\" (prefill and decode on the same workers), \"disagg\" "
@@ -178,6 +179,14 @@ class InferencePoint:
     draft_len: Any = knob(0, "int0", "tokens the draft proposes per step (0: no speculation)",
                           "tokens")
     acceptance_rate: Any = knob(0.7, "unit", "probability the target accepts a draft token")
+    # Speculative decoding under a load (docs/serving.md#speculative-decoding-under-load):
+    # a draft layer of the model proposes spec_tokens tokens per decode step (MTP; EAGLE)
+    spec_tokens: Any = knob(0, "int0", "draft tokens proposed per decode step under a load "
+                            "(MTP / EAGLE: one draft layer of the model, run once per "
+                            "draft token; 0: none)", "tokens")
+    spec_acceptance: Any = knob(0.0, "accepted", "mean tokens a speculative decode step "
+                                "yields per sequence, the verified one included (1 .. "
+                                "spec_tokens + 1; 0: from acceptance_rate)", "tokens")
     lora_rank: Any = knob(0, "int0", "LoRA adapter rank (0: no adapters)")
     lora_adapters: Any = knob(1, "int", "LoRA adapters served at once", "adapters")
     # Device power split as GenZ models it (GenZ/power.py): static, and compute, memory

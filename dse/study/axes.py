@@ -98,6 +98,8 @@ def check_scalar(value: Any, kind: str, file, key: str) -> Any:
         raise InputError(file, key, f"value {value!r} is not valid", allowed)
     if kind in ("rate", "cv") and not value >= 0:
         raise InputError(file, key, f"value {value!r} is not valid", allowed)
+    if kind == "accepted" and not (value == 0 or value >= 1):
+        raise InputError(file, key, f"value {value!r} is not valid", allowed)
     if kind == "cv_positive" and not value > 0:
         raise InputError(file, key, f"value {value!r} is not valid", allowed)
     return value

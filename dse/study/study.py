@@ -133,6 +133,8 @@ class Study:
                 out.add("speculative")
             if self.under_load:
                 out.add("load")
+                if any(v > 0 for v in self.values("spec_tokens")):
+                    out.add("mtp")
             if "disagg" in self.values("serving") or any(  # (or derived from such a study)
                     self.values(k) != (knobs.fields(self.point_type)[k].default,)
                     for k in POOL_KEYS):
@@ -485,10 +487,17 @@ def _check_load(study: Study, axes_raw: dict) -> Study:
                              "running batch follows from the load: output running_batch)",
                              "no axes.batch; cap the running batch with axes.max_num_seqs")
         if any(v > 0 for v in study.values("draft_len")):
-            raise InputError(file, "axes.draft_len", "speculative decoding under a request "
-                             "load is not modelled", "draft_len = 0 with concurrency or "
-                             "request_rate, or a static batch (no load keys)")
+            raise InputError(file, "axes.draft_len", "a draft model under a request load is "
+                             "not modelled", "spec_tokens (the model's own draft layer: "
+                             "MTP, EAGLE) with concurrency or request_rate, or draft_len "
+                             "with a static batch (no load keys)")
+        _check_spec(study, static)
         return study
+    if any(v > 0 for v in study.values("spec_tokens")):
+        raise InputError(file, "axes.spec_tokens", "is speculative decoding under a request "
+                         "load, and the study has none", "axes.concurrency or "
+                         "axes.request_rate > 0; a static batch speculates with draft_model "
+                         "and draft_len")
     for key, name in _requested(study):
         if name in load_only:
             raise InputError(file, key, f"{name!r} describes serving under a request load, "
@@ -503,6 +512,23 @@ def _check_load(study: Study, axes_raw: dict) -> Study:
         return dataclasses.replace(study, output=dataclasses.replace(study.output,
                                                                      variables=kept))
     return study
+
+
+def _check_spec(study: Study, static: bool) -> None:
+    """spec_tokens and spec_acceptance of a study under load: no static points beside
+    them, and at most spec_tokens + 1 tokens accepted per step at every point."""
+    drafts = [v for v in study.values("spec_tokens") if v > 0]
+    if not drafts:
+        return
+    if static:
+        raise InputError(study.file, "axes.spec_tokens", "applies under a request load, and "
+                         "the study has points without one", "concurrency or request_rate "
+                         "> 0 at every point, or spec_tokens = 0")
+    accepted = max(study.values("spec_acceptance"))
+    if accepted > min(drafts) + 1:
+        raise InputError(study.file, "axes.spec_acceptance", f"{accepted:g} tokens per step "
+                         f"with spec_tokens = {min(drafts)}", "at most spec_tokens + 1 (the "
+                         "drafts and the verified token; 0: from acceptance_rate)")
 
 
 def _show(values) -> str:

@@ -138,6 +138,8 @@ def problem(cases: list[Case], frameworks, families, family_of: dict[str, str],
             point = _point(point_type, sub, model_index)
             hardware = kernels.stack([_hardware(c, mode, with_kernels) for c in sub])
             features = _features(sub) | ({"load"} if mode == "load" else set())
+            if mode == "load" and any(c.knobs.get("spec_tokens", 0) > 0 for c in sub):
+                features = features | {"mtp"}
             kinds = tuple(c.kind for c in sub)
             evaluator = Evaluator(evaluator_mode, model_table, hardware, features=features,
                                   names=_NAMES[mode], dtype="float64")

@@ -59,7 +59,7 @@ KINDS = ("train", "infer_decode", "infer_prefill", "serving_throughput", "servin
 # Columns a CSV may add for serving_latency rows (absent or empty: not stated).
 LOAD_COLUMNS = ("concurrency", "request_rate", "arrival_cv", "framework", "moe_tp",
                 "max_num_seqs", "max_num_tokens", "input_len_cv", "output_len_cv",
-                "prefix_cache_hit")
+                "prefix_cache_hit", "spec_tokens", "spec_acceptance")
 # Columns a CSV may add for disaggregated serving_latency rows (dse.formulas.disagg).
 POOL_KEYS = ("workers", "tp", "pp", "dp", "ep", "moe_tp", "batch")
 DISAGG_COLUMNS = ("serving", "pool", *(f"{p}_{k}" for p in ("prefill", "decode")
@@ -490,6 +490,20 @@ def _serving(row) -> str:
 _SPECULATIVE = re.compile(r"(?<!no )\bMTP\b|\bEAGLE\b|\bNEXTN\b")
 
 
+def _speculation(row) -> dict:
+    """A row's speculative decoding (``spec_tokens``, ``spec_acceptance``); notes that
+    speak of it (MTP, EAGLE) without the columns leave the row unscorable."""
+    k = _number(row, "spec_tokens", int, 0)
+    accepted = _number(row, "spec_acceptance", float, 0.0)
+    if k < 0 or accepted < 0 or (accepted and not 1.0 <= accepted <= k + 1.0):
+        raise ValueError(f"spec_acceptance {accepted:g} with spec_tokens {k}: the tokens a "
+                         "step yields are 1 .. spec_tokens + 1")
+    if not k and _SPECULATIVE.search(row.get("notes", "")):
+        raise _Unscorable("unmodelled", "the notes state speculative decoding (MTP / EAGLE) "
+                          "and spec_tokens does not")
+    return dict(spec_tokens=float(k), spec_acceptance=accepted)
+
+
 def _pool_layout(row, pool: str) -> dict:
     """A pool's worker layout from its columns (``{pool}_tp`` ...)."""
     if not any((row.get(f"{pool}_{k}") or "").strip() for k in ("tp", "dp")):
@@ -512,9 +526,8 @@ def _disagg_knobs(row, knobs: dict, framework: str) -> str:
     disaggregated deployment (a prefill worker: the prompt and the first token; a decode
     worker: the rest, the prompt's cache transferred), read at its capacity (the other
     pool unlimited); ``knobs["pool"]`` and ``knobs["workers"]`` say so."""
-    if _SPECULATIVE.search(row.get("notes", "")):
-        raise _Unscorable("unmodelled", "speculative decoding (MTP / EAGLE) under a load is "
-                          "not modelled")
+    _speculation(row)
+
     def device(text):
         return resolve_name("hardware", text.strip()) or match_hardware(text)
 
@@ -604,6 +617,9 @@ def _load_knobs(row, knobs: dict, n_devices: int, framework: str, load: bool = T
     if not cap:
         said.append("the framework's default running-batch cap")
     engine = ALIASES.get(framework, framework)
+    knobs.update(_speculation(row))
+    if knobs["spec_tokens"] and not knobs["spec_acceptance"]:
+        said.append("acceptance not stated: acceptance_rate's default")
     knobs.update(batch=1, input_len=inp, output_len=out, concurrency=clients,
                  request_rate=rate, arrival_cv=arrival, max_num_seqs=float(cap),
                  max_num_tokens=_number(row, "max_num_tokens", float, 0.0),

@@ -137,6 +137,20 @@ CASES = {
                                 "axes.decode_moe_tp"),
     "disagg_without_load": (GOOD.replace("batch = [1, 8]", 'serving = "disagg"'),
                             "axes.serving"),
+    # speculative decoding under a load (issue 34): more tokens accepted per step than
+    # drafted, drafts without a load, an acceptance below one token
+    "spec_acceptance_past_drafts": (GOOD.replace("batch = [1, 8]", "concurrency = 8\n"
+                                                 "spec_tokens = [1, 3]\n"
+                                                 "spec_acceptance = 2.5"),
+                                    "axes.spec_acceptance"),
+    "spec_tokens_without_load": (GOOD.replace("batch = [1, 8]", "spec_tokens = 1"),
+                                 "axes.spec_tokens"),
+    "spec_tokens_beside_static_points": (GOOD.replace("batch = [1, 8]", "concurrency = [0, 8]"
+                                                      "\nspec_tokens = 1"),
+                                         "axes.spec_tokens"),
+    "spec_acceptance_below_one": (GOOD.replace("batch = [1, 8]", "concurrency = 8\n"
+                                               "spec_tokens = 1\nspec_acceptance = 0.5"),
+                                  "axes.spec_acceptance"),
     "disagg_closed_loop_without_load": (GOOD.replace("batch = [1, 8]", 'serving = "disagg"\n'
                                                      "concurrency = [0, 8]"),
                                         "axes.concurrency"),

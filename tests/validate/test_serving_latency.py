@@ -51,6 +51,12 @@ ROWS = [
                 moe_tp="1", concurrency="64")),
     # a framework dse does not model runs the generic engine and calibration, said
     _row(id="nim", metric="ttft_ms", value="80", **dict(RUN, framework="nim")),
+    # speculative decoding: stated in columns, said in notes only, or past its drafts
+    _row(id="mtp", metric="tpot_ms", value="8",
+         **dict(RUN, spec_tokens="2", spec_acceptance="2.2")),
+    _row(id="mtp-notes", metric="tpot_ms", value="8", **dict(RUN, notes="with MTP (2 drafts)")),
+    _row(id="mtp-past", metric="tpot_ms", value="8",
+         **dict(RUN, spec_tokens="1", spec_acceptance="2.5")),
 ]
 
 
@@ -101,6 +107,18 @@ def test_a_row_predicts_what_the_study_of_its_keys_writes(result):
         assert rows[f"c8-{metric}"]["predicted"] == pytest.approx(want, rel=1e-9), metric
 
 
+def test_a_speculative_row_is_the_study_with_its_drafts(result):
+    """spec_tokens and spec_acceptance read as the study keys of the same names."""
+    _, v = result
+    text = STUDY.format(cal=default_calibration()).replace(
+        "concurrency = 8", "concurrency = 8\nspec_tokens = 2\nspec_acceptance = 2.2")
+    ds = sweep(parse_study(text, "mtp.toml"), progress=False)
+    row = _rows(v)["mtp"]
+    assert row["status"] == "scored"
+    assert row["predicted"] == pytest.approx(float(ds.tpot_s) * 1e3, rel=1e-9)
+    assert row["predicted"] < _rows(v)["c8-tpot_ms"]["predicted"]
+
+
 def test_readings_of_one_run_agree(result):
     """By hand: a closed loop completes c / E2E requests per second (Little's law), each
     of output_len tokens."""
@@ -123,6 +141,10 @@ def test_what_cannot_be_scored_says_why(result):
         assert rows[rid]["status"] == "bad_row"
         assert "one of concurrency" in rows[rid]["note"]
     assert rows["bad-ep"]["status"] == "bad_row" and "moe_tp x ep" in rows["bad-ep"]["note"]
+    assert rows["mtp-notes"]["status"] == "unmodelled"
+    assert "spec_tokens does not" in rows["mtp-notes"]["note"]
+    assert rows["mtp-past"]["status"] == "bad_row"
+    assert "1 .. spec_tokens + 1" in rows["mtp-past"]["note"]
     assert rows["nim"]["status"] == "scored"
     assert rows["nim"]["note"].startswith("framework 'nim' is none dse models")
 
