@@ -66,11 +66,9 @@ def _replica_load(m, s, p, w, sv, rates, par, o, features, capacity, weights):
     sm = engine.step_model(m, s, p, rates, par, o, features, largest,
                            w.input_len, held, sv.max_num_tokens, sv.prefix_cache_hit, spec)
     # a decode step of a speculative engine yields spec_step_tokens tokens per sequence:
-    # the load model runs its steps, 1 + (output_len - 1) / E of them per request (the
-    # load's shape takes the steps' axes: the load model's state is shaped by the load)
+    # the load model runs its steps, 1 + (output_len - 1) / E of them per request
     out_len = w.output_len if spec is None else 1.0 + (w.output_len - 1.0) / sv.spec_step_tokens
-    rate = sv.request_rate / par.dp + (0.0 if spec is None else 0.0 * out_len)
-    ld = load.Load(rate, sv.concurrency / par.dp, sv.arrival_cv, slots,
+    ld = load.Load(sv.request_rate / par.dp, sv.concurrency / par.dp, sv.arrival_cv, slots,
                    sv.max_num_tokens, sv.separate, sv.prefix_cache_hit)
     lengths = load.Lengths(w.input_len, sv.input_len_cv, out_len, sv.output_len_cv)
     return sm, ld, lengths, per_seq, act, holds
