@@ -29,7 +29,7 @@ _OPTIONAL_INT = ("n_kv_heads", "norms_per_layer", "head_dim", "learned_pos_rows"
                  "published_params_other",
                  "moe_layer_step", "linear_layers", "linear_key_heads", "linear_value_heads",
                  "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel",
-                 "linear_state_bits")
+                 "linear_state_bits", "index_topk", "index_n_heads", "index_head_dim")
 _BOOL = ("tied_embeddings", "qkv_bias", "linear_bias", "qk_norm", "norm_bias",
          "attention_sinks", "attention_output_gate", "expert_bias")
 _CHOICE = {"mlp": ("gated", "plain"), "norm": ("rmsnorm", "layernorm"),
@@ -128,6 +128,17 @@ class ModelCard:
                 if not f.get(key):
                     raise InputError(self.file, key, "missing for an MLA model (kv_lora_rank > 0)",
                                      "a positive integer")
+        if f.get("index_topk"):
+            # DeepSeek Sparse Attention: an indexer beside MLA (its query from the q latent)
+            for key in ("kv_lora_rank", "q_lora_rank", "index_n_heads", "index_head_dim"):
+                if not f.get(key):
+                    raise InputError(self.file, key, "missing for a model with DeepSeek Sparse "
+                                     "Attention (index_topk > 0)", "a positive integer")
+            for key in ("sliding_window", "linear_layers"):
+                if f.get(key):
+                    raise InputError(self.file, key, f"{f[key]} with index_topk: sparse "
+                                     "attention on windowed or linear-attention layers is not "
+                                     "modelled", "0 or absent")
 
     def spec(self) -> ModelSpec:
         """The numeric spec (float64 numpy scalars)."""
@@ -170,6 +181,8 @@ class ModelCard:
             linear_value_head_dim=f.get("linear_value_head_dim", 0),
             linear_conv_kernel=f.get("linear_conv_kernel", 0),
             linear_state_bits=f.get("linear_state_bits", 16),
+            index_topk=f.get("index_topk", 0), index_n_heads=f.get("index_n_heads", 0),
+            index_head_dim=f.get("index_head_dim", 0),
         )
         return ModelSpec(**{k: np.float64(v) for k, v in values.items()})
 
@@ -182,7 +195,8 @@ class ModelCard:
 
 def model_features(cards) -> frozenset:
     """The evaluator's static switches these models need: "moe" (experts), "mla" (latent
-    attention), "window" (sliding-window layers), "linear" (linear-attention layers)."""
+    attention), "sparse" (DeepSeek Sparse Attention on it), "window" (sliding-window
+    layers), "linear" (linear-attention layers)."""
     out = set()
     for card in cards:
         f = card.fields
@@ -190,6 +204,8 @@ def model_features(cards) -> frozenset:
             out.add("moe")
         if f.get("kv_lora_rank"):
             out.add("mla")
+        if f.get("index_topk"):
+            out.add("sparse")
         if f.get("sliding_window"):
             out.add("window")
         if f.get("linear_layers"):
@@ -286,6 +302,56 @@ def _hf_layer_pattern(config: Mapping[str, Any], model_type: str, out: dict) -> 
     return extra
 
 
+# Hugging Face model types with DeepSeek Sparse Attention as dse models it: MLA with one
+# lightning indexer per layer, choosing index_topk keys for every query (DeepSeek-V3.2's
+# DeepseekV32ForCausalLM, GLM-5's GlmMoeDsaForCausalLM).
+_DSA_TYPES = ("deepseek_v32", "glm_moe_dsa")
+
+
+def _hf_sparse_attention(config: Mapping[str, Any], model_type: str, out: dict,
+                         file: str) -> dict:
+    """The indexer of a DSA config (index_topk, index_n_heads, index_head_dim). Keys that
+    would change its cost and that dse does not model are refused, not skipped: an
+    indexer on a model type dse does not know as DSA (DeepSeek-V4's compressed sparse
+    attention), layers reusing another layer's top-k (GLM-5.2's index_topk_freq 4,
+    indexer_types "shared"), MoE layers other than after the first_k_dense_replace."""
+    if model_type not in _DSA_TYPES and not any(
+            k in config for k in ("index_topk", "index_n_heads", "index_head_dim")):
+        return {}
+    what = ("one DeepSeek Sparse Attention indexer on every layer of an MLA model "
+            f"(model_type {', '.join(_DSA_TYPES)})")
+    if model_type not in _DSA_TYPES or not out.get("kv_lora_rank"):
+        raise InputError(file, "index_topk", f"an indexer on model_type {model_type!r}, "
+                         "whose sparse attention dse does not model", what)
+    extra = {}
+    for key in ("index_topk", "index_n_heads", "index_head_dim"):
+        value = config.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise InputError(file, key, "missing" if value is None else
+                             f"value {value!r} is not valid",
+                             "a positive whole number (a JSON integer)")
+        extra[key] = value
+    types = config.get("indexer_types")
+    n_moe = out["n_layers"] - out.get("n_dense_layers", 0) if out.get("n_experts") else 0
+    mlp_types = config.get("mlp_layer_types")
+    refused = {
+        "index_topk_freq": config.get("index_topk_freq") not in (None, 1),
+        "index_skip_topk_offset": config.get("index_skip_topk_offset") not in (None, 0),
+        "index_topk_pattern": config.get("index_topk_pattern") is not None,
+        "indexer_types": types is not None and (not isinstance(types, list)
+                                                or any(t != "full" for t in types)),
+        "moe_layer_freq": config.get("moe_layer_freq") not in (None, 1),
+        "mlp_layer_types": mlp_types is not None and mlp_types != (
+            ["dense"] * (out["n_layers"] - n_moe) + ["sparse"] * n_moe),
+    }
+    for key, bad in refused.items():
+        if bad:
+            raise InputError(file, key, f"value {config[key]!r} changes which layers run an "
+                             "indexer or experts, which dse does not model", what + ", MoE "
+                             "on every layer after first_k_dense_replace")
+    return extra
+
+
 # Hugging Face model types that are encoders or encoder-decoders (issue 36 row 12: a
 # BertModel's config.json was costed as a decoder).
 _ENCODER_TYPES = frozenset({
@@ -345,6 +411,10 @@ def card_from_hf_config(config: Mapping[str, Any], file: str, name: str) -> Mode
     out["linear_bias"] = model_type in _BIAS_TYPES
     out["qkv_bias"] = bool(config.get("attention_bias", model_type in {"qwen2", "qwen2_moe"}))
     out.update(_hf_layer_pattern(config, model_type, out))
+    if out.get("kv_lora_rank"):
+        # MLA's head dims are its nope, rope and v dims; GLM-5's head_dim 64 is its rope dim
+        out.pop("head_dim", None)
+    out.update(_hf_sparse_attention(config, model_type, out, file))
     window = config.get("sliding_window")
     if isinstance(window, int) and window > 0 and config.get("use_sliding_window", True):
         out["sliding_window"] = window

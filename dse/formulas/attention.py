@@ -15,6 +15,17 @@ parallelism. Decode runs it with weight absorption (W_UK folded into the query, 
 into the output: attention over the latent with qk dim kv_lora + rope and v dim
 kv_lora, as vLLM's MLA backend and FlashMLA do); prefill up-projects the latent to
 per-head keys and values and runs ordinary attention (vLLM's prefill path).
+
+DeepSeek Sparse Attention (DSA; DeepSeek-V3.2-Exp tech report, DeepSeek_V3_2.pdf in
+github.com/deepseek-ai/DeepSeek-V3.2-Exp, Sec. 2.1; its inference/model.py, class
+Indexer) puts a lightning indexer beside MLA: index_n_heads small FP8 heads of
+index_head_dim score every cached token for each query, and the main attention attends
+to the index_topk best (all of them while the context is no longer). The engines run
+DSA's main attention absorbed (FlashMLA's sparse kernels, for decode and prefill in
+vLLM; SGLang's NSA backend likewise, except a prefill whose whole context fits in the
+top-k, which it runs as dense MHA and whose indexer then only writes its keys).
+The cache keeps every token's latent (and index key): sparsity saves reads and FLOPs,
+not memory.
 """
 
 from __future__ import annotations
@@ -36,12 +47,21 @@ def select(condition, a: Cost, b: Cost) -> Cost:
                 a.unit, shape)
 
 
+def index_key_bytes(m: ModelSpec):
+    """Bytes of one token's DSA index key: index_head_dim FP8 values and one fp32 scale
+    (the reference's k_cache and k_scale_cache, block 128; vLLM's and SGLang's indexer
+    cache: 128 + 4 = 132 B); 0 without an indexer."""
+    return jnp.where(m.index_topk > 0.0, m.index_head_dim + 4.0, 0.0)
+
+
 def kv_bytes_per_token(m: ModelSpec, s: Shard, kv_bits, mla: bool):
-    """Bytes one layer caches per token on one device."""
+    """Bytes one layer caches per token on one device (MLA: the latent and, with DSA,
+    the index key, both replicated over tensor parallelism; the index key is FP8
+    whatever ``kv_bits``)."""
     standard = s.kv_heads * 2.0 * m.head_dim * kv_bits / 8.0
     if not mla:
         return standard
-    latent = (m.kv_lora_rank + m.qk_rope_head_dim) * kv_bits / 8.0
+    latent = (m.kv_lora_rank + m.qk_rope_head_dim) * kv_bits / 8.0 + index_key_bytes(m)
     return jnp.where(m.kv_lora_rank > 0.0, latent, standard)
 
 
@@ -76,7 +96,8 @@ def _standard(m: ModelSpec, s: Shard, p: Precision, ps: Pass, window, flash) -> 
                           {"attention": [core]})
 
 
-def _latent(m: ModelSpec, s: Shard, p: Precision, ps: Pass, window, flash) -> AttentionCosts:
+def _latent(m: ModelSpec, s: Shard, p: Precision, ps: Pass, window, flash,
+            sparse: bool = False) -> AttentionCosts:
     t, d, a, w = ps.tokens, m.d_model, p.act_bits, p.weight_bits
     rank, rope, nope, v = m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim
     qk = nope + rope
@@ -88,17 +109,27 @@ def _latent(m: ModelSpec, s: Shard, p: Precision, ps: Pass, window, flash) -> At
          op.elementwise(t * rank, 1.0, 1.0, a, 4.0)]
     write = op.memory_write(t * (rank + rope) * p.kv_bits / 8.0)
     o_proj = op.matmul(t, s.heads * v, d, w, a)
+
+    def absorb():  # W_UK into the query, W_UV into the output
+        return (op.grouped_matmul(t * s.heads, nope, rank, s.heads, w, a),
+                op.grouped_matmul(t * s.heads, rank, v, s.heads, w, a))
+
+    # DSA: each query attends to at most index_topk keys, a cap like a window's
+    cap = jnp.where(m.index_topk > 0.0, m.index_topk, window) if sparse else window
+
+    def absorbed(x):
+        prior = ps.prior(x)
+        pairs = op.causal_pairs(ps.new, prior, cap)
+        # the latents read once per sequence: a decode step's selected ones, a prompt's
+        # (whose queries select overlapping sets) at most every cached one
+        keys = jnp.minimum(pairs, prior + ps.new) if sparse else pairs
+        return op.attention(ps.seqs, s.heads, pairs, rank + rope, rank, ps.new, 0.0,
+                            keys * (rank + rope) * p.kv_bits / 8.0, a, flash)
+
     if ps.phase == "decode":
-        absorb_k = op.grouped_matmul(t * s.heads, nope, rank, s.heads, w, a)
-        absorb_v = op.grouped_matmul(t * s.heads, rank, v, s.heads, w, a)
-
-        def core(x):
-            pairs = op.causal_pairs(ps.new, ps.prior(x), window)
-            return op.attention(ps.seqs, s.heads, pairs, rank + rope, rank, ps.new, 0.0,
-                                pairs * (rank + rope) * p.kv_bits / 8.0, a, flash)
-
+        absorb_k, absorb_v = absorb()
         return AttentionCosts({"qkv_proj": q + [absorb_k], "o_proj": [absorb_v, o_proj],
-                               "kv_cache": [write]}, {"attention": [core]})
+                               "kv_cache": [write]}, {"attention": [absorbed]})
 
     def up(x):  # per-head keys and values of the whole context, from the latent
         return op.matmul(ps.seqs * (ps.prior(x) + ps.new), rank, s.heads * (nope + v), w, a)
@@ -110,17 +141,71 @@ def _latent(m: ModelSpec, s: Shard, p: Precision, ps: Pass, window, flash) -> At
         return op.attention(ps.seqs, s.heads, pairs, qk, v, ps.new, ps.new * per_token,
                             prior * per_token, a, flash)
 
-    return AttentionCosts({"qkv_proj": q, "o_proj": [o_proj], "kv_cache": [write]},
-                          {"qkv_proj": [up], "attention": [core]})
+    if not sparse:
+        return AttentionCosts({"qkv_proj": q, "o_proj": [o_proj], "kv_cache": [write]},
+                              {"qkv_proj": [up], "attention": [core]})
+    # DSA: dense MHA (above) while the pass's whole context fits in the top-k, as SGLang
+    # runs a prefill (and any model without an indexer); absorbed sparse attention else
+    dense = m.index_topk <= 0.0
+    if ps.phase == "prefill":
+        dense = dense | (ps.prior(ps.hi) + ps.new <= m.index_topk)
+    absorb_k, absorb_v = absorb()
+    return AttentionCosts(
+        {"qkv_proj": q + [select(dense, Cost(0.0, 0.0, "gemm"), absorb_k)],
+         "o_proj": [select(dense, Cost(0.0, 0.0, "gemm"), absorb_v), o_proj],
+         "kv_cache": [write]},
+        {"qkv_proj": [_masked(dense, up)],
+         "attention": [_masked(dense, core), _masked(~dense, absorbed)]})
+
+
+def indexer_costs(m: ModelSpec, p: Precision, ps: Pass) -> AttentionCosts:
+    """The DSA lightning indexer of one layer, whole on every tensor-parallel device.
+
+    Per token (inference/model.py, Indexer.forward): the query wq_b, q_lora_rank ->
+    index_n_heads x index_head_dim; the key wk, d_model -> index_head_dim, appended to
+    the index cache (FP8 and its fp32 scale, :func:`index_key_bytes`); the head weights
+    weights_proj, d_model -> index_n_heads. Scoring: each query's heads against every
+    cached key (causal), 2 index_n_heads index_head_dim FLOPs per (query, key) pair in
+    FP8 (DeepGEMM's fp8_mqa_logits), reading the queries and weights once and each
+    sequence's index keys once per pass. vLLM and SGLang replicate the indexer over
+    tensor parallelism (ReplicatedLinear wq_b, wk, weights_proj), as MLA's latent path.
+    A prefill whose whole context fits in the top-k selects every key: SGLang then only
+    projects and writes the keys (nsa_indexer.py, _forward_cuda_k_only); decode always
+    scores. Not counted: the key LayerNorm, RoPE, Hadamard rotation and FP8 quantization
+    (elementwise), the fp32 logits the top-k selection passes over and the selected
+    indices. Zero for a model without an indexer (index_topk = 0).
+    """
+    t, d, a, w = ps.tokens, m.d_model, p.act_bits, p.weight_bits
+    heads, dim = m.index_n_heads, m.index_head_dim
+    on = m.index_topk > 0.0
+    scores = on
+    if ps.phase == "prefill":
+        scores = on & (ps.prior(ps.hi) + ps.new > m.index_topk)
+    zero = Cost(0.0, 0.0, "gemm")
+    wq = select(scores, op.matmul(t, m.q_lora_rank, heads * dim, w, a), zero)
+    wk = select(on, op.matmul(t, d, dim, w, a), zero)
+    gate = select(scores, op.matmul(t, d, heads, w, a), zero)
+    write = op.memory_write(t * index_key_bytes(m))
+
+    def score(x):
+        prior = ps.prior(x)
+        pairs = op.causal_pairs(ps.new, prior)
+        queries = ps.new * heads * (dim + 4.0)  # FP8 query heads and their fp32 weights
+        return Cost(2.0 * ps.seqs * heads * dim * pairs,
+                    ps.seqs * (queries + (prior + ps.new) * index_key_bytes(m)), "attention")
+
+    return AttentionCosts({"qkv_proj": [wq, wk, gate], "kv_cache": [write]},
+                          {"attention": [_masked(scores, score)]})
 
 
 def attention_costs(m: ModelSpec, s: Shard, p: Precision, ps: Pass, window, flash,
-                    mla: bool) -> AttentionCosts:
-    """Attention costs of one layer; ``mla`` (static) adds the latent path, chosen per model."""
+                    mla: bool, sparse: bool = False) -> AttentionCosts:
+    """Attention costs of one layer; ``mla`` (static) adds the latent path, chosen per
+    model, ``sparse`` (static) DSA's top-k cap on it (the indexer: :func:`indexer_costs`)."""
     standard = _standard(m, s, p, ps, window, flash)
     if not mla:
         return standard
-    latent = _latent(m, s, p, ps, window, flash)
+    latent = _latent(m, s, p, ps, window, flash, sparse)
     is_mla = m.kv_lora_rank > 0.0
     fixed, varying = {}, {}
     for name in dict.fromkeys([*standard.fixed, *latent.fixed]):

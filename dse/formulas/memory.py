@@ -78,8 +78,9 @@ def linear_state_bytes(m: ModelSpec, s: Shard, p: Precision):
 
 def cache_bytes_per_layer(m: ModelSpec, s: Shard, p: Precision, seqs, length, mla: bool):
     """What a layer keeps per device for ``seqs`` sequences of ``length`` tokens, averaged
-    over the layers: K and V (or the MLA latent) of the tokens an attention layer keeps,
-    and on the linear-attention share of a hybrid model a constant recurrent state."""
+    over the layers: K and V (or the MLA latent, and DSA's index key) of the tokens an
+    attention layer keeps, and on the linear-attention share of a hybrid model a constant
+    recurrent state."""
     f = params.linear_fraction(m)
     kv = cached_tokens(m, length) * kv_bytes_per_token(m, s, p.kv_bits, mla)
     return seqs * ((1.0 - f) * kv + f * linear_state_bytes(m, s, p))

@@ -73,13 +73,24 @@ def linear_attention_params(m: ModelSpec, tp):
             + 2.0 * vh + dv + vh * dv * d)
 
 
+def indexer_params(m: ModelSpec):
+    """The DSA lightning indexer of one layer (DeepSeek-V3.2-Exp inference/model.py,
+    class Indexer), whole on every tensor-parallel device: wq_b q_lora -> H_I x d_I, wk
+    D -> d_I, a LayerNorm of d_I (weight and bias), weights_proj D -> H_I, no biases.
+    DeepSeek-V3.2 (q_lora 1536, D 7168, H_I 64, d_I 128): 12,582,912 + 917,504 + 256
+    + 458,752 = 13,959,424. 0 without an indexer (its fields 0)."""
+    heads, dim = m.index_n_heads, m.index_head_dim
+    return m.q_lora_rank * heads * dim + m.d_model * dim + 2.0 * dim + m.d_model * heads
+
+
 def full_attention_params(m: ModelSpec, s: Shard):
     """q, k, v, o projections (and their biases, q/k norms) of one attention layer.
 
     Multi-head latent attention (DeepSeek-V2/V3, DeepSeek-AI 2024, Sec. 2.1.1) instead
     has low-rank q and kv paths: down-projections D -> q_lora and D -> kv_lora + rope
     (each followed by an RMSNorm; replicated under tp), up-projections to every head's
-    (nope + rope) query and (nope + v) key/value, and the output from v_head_dim per head.
+    (nope + rope) query and (nope + v) key/value, and the output from v_head_dim per head;
+    with DeepSeek Sparse Attention, its indexer (:func:`indexer_params`).
     """
     xp = _xp()
     d, hd = m.d_model, m.head_dim
@@ -93,7 +104,7 @@ def full_attention_params(m: ModelSpec, s: Shard):
                  d * s.heads * qk)
     kv = (d * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
           + m.kv_lora_rank * s.heads * (m.qk_nope_head_dim + m.v_head_dim))
-    latent = q + kv + s.heads * m.v_head_dim * d
+    latent = q + kv + s.heads * m.v_head_dim * d + indexer_params(m)
     return xp.where(m.kv_lora_rank > 0.0, latent, standard)
 
 

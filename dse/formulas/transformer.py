@@ -17,8 +17,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from . import comm, operators as op, params, parts
-from .attention import attention_costs, linear_attention_costs
-from .roofline import shaped
+from .attention import attention_costs, indexer_costs, linear_attention_costs
+from .roofline import compute_width, shaped
 from .types import (PLAIN, Cost, Hints, ModelSpec, Options, Parallel, Part, Pass, Precision,
                     Rates, Shard)
 
@@ -70,6 +70,16 @@ def _attention_parts(fixed: dict[str, Part], costs, rates, ps: Pass, windowed: b
     return out
 
 
+def fp8_rates(rates: Rates, p: Precision) -> Rates:
+    """``rates`` with the attention unit at its FP8 rate, for DSA's indexer, which scores in
+    FP8 whatever the cache's precision. The unit's rate is that of max(act, kv) bits;
+    tensor-core peaks double per halving of the width (catalogue: H100/H200 989 -> 1979,
+    B200 2250 -> 4500 TFLOPS at 16 -> 8 bits), so FP8 is width / 8 times it (4 to 16
+    bits; a 32-bit cache is taken as 16)."""
+    width = jnp.clip(compute_width(jnp.maximum(p.act_bits, p.kv_bits)), 4.0, 16.0)
+    return rates._replace(attention_flops_per_s=rates.attention_flops_per_s * width / 8.0)
+
+
 def _lora(m: ModelSpec, s: Shard, p: Precision, ps: Pass, o: Options, with_mlp: bool):
     """Batched LoRA (Punica SGMV / S-LoRA): every projection adapted, rank r, fp16 adapters.
 
@@ -92,10 +102,14 @@ def layer_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, pa
     """(dense-MLP layer, MoE layer): parts of one layer per device."""
     t, d, a = ps.tokens, m.d_model, p.act_bits
     mla = "mla" in features
+    sparse = mla and "sparse" in features  # DSA: a lightning indexer and a top-k cap
     flat, rates = rates, shaped(rates, t)  # every dense matmul of the layer has t rows
     # the layer's operators by group, priced together (parts.priced: one surface lookup)
-    full = attention_costs(m, s, p, ps, 0.0, o.flash, mla)
+    full = attention_costs(m, s, p, ps, 0.0, o.flash, mla, sparse)
     groups = {("full", n): [(c, rates) for c in cs] for n, cs in full.fixed.items()}
+    if sparse:
+        index = indexer_costs(m, p, ps)
+        groups.update({("index", n): [(c, rates) for c in cs] for n, cs in index.fixed.items()})
     if "window" in features:
         windowed = attention_costs(m, s, p, ps, m.sliding_window, o.flash, mla)
         groups.update({("window", n): [(c, rates) for c in cs]
@@ -134,6 +148,17 @@ def layer_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, pa
         return {n: done[(kind, n)] for n in costs.fixed}
 
     attn = _attention_parts(fixed("full", full), full, rates, ps, False, 0.0, hints)
+    if sparse:
+        # DSA's top-k caps the keys of a query as a window does (chunk costs non-affine in
+        # the chunk index); the rest of the layer is priced as dense MLA's, and models
+        # without an indexer keep every part above, bit for bit
+        core = full._replace(varying={"attention": full.varying["attention"]})
+        top = _attention_parts({}, core, rates, ps, True, m.index_topk, hints)["attention"]
+        attn["attention"] = parts.where(m.index_topk > 0.0, top, attn["attention"])
+        indexer = _attention_parts(fixed("index", index), index, fp8_rates(rates, p), ps,
+                                   False, 0.0, hints)
+        attn = {n: parts.add(attn.get(n, parts.ZERO), indexer[n]) if n in indexer else attn[n]
+                for n in dict.fromkeys([*attn, *indexer])}
     if "window" in features:
         f = m.sliding_window_layers
         attn = parts.combine([(1.0 - f, attn), (f, _attention_parts(

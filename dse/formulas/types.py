@@ -72,6 +72,12 @@ class ModelSpec:
     linear_value_head_dim: Any
     linear_conv_kernel: Any  # causal depthwise convolution over q, k, v
     linear_state_bits: Any  # bits per element of the recurrent state as engines keep it
+    # DeepSeek Sparse Attention (DSA: DeepSeek-V3.2, GLM-5) on an MLA model: a lightning
+    # indexer of index_n_heads x index_head_dim scores every cached token and the main
+    # attention reads the index_topk best of them (index_topk = 0: dense attention)
+    index_topk: Any
+    index_n_heads: Any
+    index_head_dim: Any
 
     def astype(self, dtype) -> "ModelSpec":
         return pytrees.astype(self, dtype)
