@@ -28,6 +28,7 @@ def test_hardware_as_vendors_write_it(spelling, card):
     ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"), ("zai-org/GLM-4.5-Air", "glm-4.5-air"),
     ("Llama 3 8B", "llama-3-8b"), ("QWEN3_32B", "qwen3-32b"),
     ("deepseek-ai/DeepSeek-V3.2-Exp", "deepseek-v3.2"),
+    ("zhipuai/GLM-5", "glm-5"), ("nvidia/GLM-5-NVFP4", "glm-5"), ("zai-org/GLM-5-FP8", "glm-5"),
     ("nvidia/Nemotron-4-340B-Instruct", "nemotron-4-340b"),
 ])
 def test_models_by_hugging_face_id_or_spelling(spelling, card):

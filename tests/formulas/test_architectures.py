@@ -18,13 +18,14 @@ from ..helpers import sweep_text
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "hf_configs"
 NEW = ["deepseek-r1", "kimi-k2", "minimax-m2", "qwen3-32b", "qwen3-next-80b-a3b",
        "qwen3.5-397b-a17b", "gpt-oss-20b", "gpt-oss-120b", "llama-4-scout",
-       "llama-4-maverick", "glm-4.5", "glm-4.5-air", "deepseek-v3.2"]
+       "llama-4-maverick", "glm-4.5", "glm-4.5-air", "deepseek-v3.2", "glm-5"]
 ARCHITECTURE = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
                 "vocab_size", "n_experts", "top_k", "d_ff_expert", "n_shared_experts",
                 "n_dense_layers", "moe_layer_step", "kv_lora_rank", "q_lora_rank",
                 "sliding_window", "sliding_window_layers", "linear_layers",
                 "linear_value_heads", "attention_sinks", "attention_output_gate",
-                "expert_bias", "qk_norm", "qkv_bias", "tied_embeddings")
+                "expert_bias", "qk_norm", "qkv_bias", "tied_embeddings", "index_topk",
+                "index_n_heads", "index_head_dim")
 
 
 @pytest.mark.parametrize("name", NEW)
@@ -113,12 +114,12 @@ def test_hand_written_cards_against_the_papers_counts(name, embedding, non_embed
     assert abs(tables - embedding) <= 0.05e9 and abs(n - tables - non_embedding) <= 0.05e9
 
 
-KV_MODELS = ("qwen3-32b", "deepseek-r1", "gpt-oss-120b", "qwen3-next-80b-a3b")
+KV_MODELS = ("qwen3-32b", "deepseek-r1", "gpt-oss-120b", "qwen3-next-80b-a3b", "glm-5")
 
 
 @pytest.fixture(scope="module")
 def kv_sweep():
-    """One sweep: the four models at 62,000 and 126,000 prompt tokens, 16-bit cache."""
+    """One sweep: the five models at 62,000 and 126,000 prompt tokens, 16-bit cache."""
     return sweep_text(f"""
 [study]
 dtype = "float64"
@@ -150,7 +151,10 @@ def test_kv_bytes_per_token_by_hand(kv_sweep):
     - hybrid, Qwen3-Next-80B-A3B: only the 12 full-attention layers: 12 x 2 x 2 x 256 x
       2 B = 24,576 B; its 36 Gated DeltaNet layers keep a constant state each, 32 x 128 x
       128 x 2 B plus the convolution's 3 x 8192 x 2 B (vLLM's gated_delta_net_state_shape),
-      36 x 1,097,728 B = 39,518,208 B per sequence."""
+      36 x 1,097,728 B = 39,518,208 B per sequence;
+    - MLA with DeepSeek Sparse Attention, GLM-5: 78 layers x ((512 + 64) x 2 B latent +
+      128 B FP8 index key + its 4 B scale) = 78 x 1,284 B = 100,152 B: the top-k
+      selection saves reads, not cache."""
     assert _kv_per_token(kv_sweep, "qwen3-32b")[0] == pytest.approx(262_144, rel=1e-9)
     assert _kv_per_token(kv_sweep, "deepseek-r1")[0] == pytest.approx(70_272, rel=1e-9)
     per_token, short = _kv_per_token(kv_sweep, "gpt-oss-120b")
@@ -159,6 +163,7 @@ def test_kv_bytes_per_token_by_hand(kv_sweep):
     per_token, short = _kv_per_token(kv_sweep, "qwen3-next-80b-a3b")
     assert per_token == pytest.approx(24_576, rel=1e-9)
     assert short == pytest.approx(62_002 * 24_576 + 36 * 1_097_728, rel=1e-9)
+    assert _kv_per_token(kv_sweep, "glm-5")[0] == pytest.approx(100_152, rel=1e-9)
 
 
 def test_a_hybrid_decode_step_reads_a_constant_state(kv_sweep):
