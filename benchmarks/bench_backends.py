@@ -14,6 +14,7 @@ Cases:
   serving-load  studies/serving-load.toml (closed and open loops under a load)
   disagg        studies/disagg-deepseek.toml (disaggregated prefill and decode)
   disagg-closed the same deployments under closed loops of 4-512 clients
+  mtp           serving-load with speculative decoding (spec_tokens 0, 1, 3)
   training      studies/training-parallelism.toml
   pipeline      studies/pipeline-apple-lan.toml (cross-machine)
   2e6           the example widened to 1,996,800 points (bench_startup.py's)
@@ -47,10 +48,11 @@ DSE = [sys.executable, "-m", "dse"]
 STUDIES = ROOT / "studies"
 SWEEPS = {"example": STUDIES / "llama-serving.toml", "serving-load": STUDIES / "serving-load.toml",
           "disagg": STUDIES / "disagg-deepseek.toml", "disagg-closed": None,
+          "mtp": None,
           "training": STUDIES / "training-parallelism.toml",
           "pipeline": STUDIES / "pipeline-apple-lan.toml", "2e6": None, "1e8": None}
-COMPARED = ("example", "serving-load", "disagg", "disagg-closed", "training", "pipeline",
-            "2e6")
+COMPARED = ("example", "serving-load", "disagg", "disagg-closed", "mtp", "training",
+            "pipeline", "2e6")
 
 
 def argv_of(case: str, out: Path, tmp: Path) -> list[str]:
@@ -62,6 +64,11 @@ def argv_of(case: str, out: Path, tmp: Path) -> list[str]:
                 text = (STUDIES / "disagg-deepseek.toml").read_text().replace(
                     "request_rate = [2, 4, 8, 16]", "concurrency = [4, 32, 128, 512]")
                 assert "concurrency" in text, "studies/disagg-deepseek.toml changed"
+            elif case == "mtp":
+                text = (STUDIES / "serving-load.toml").read_text().replace(
+                    "tpot_slo_s = 0.05", "tpot_slo_s = 0.05\nspec_tokens = [0, 1, 3]\n"
+                    "spec_acceptance = 0")
+                assert "spec_tokens" in text, "studies/serving-load.toml changed"
             else:
                 text = STREAM if case == "1e8" else _replaced(EXAMPLE, WIDER[case])
             path.write_text(text)
@@ -138,7 +145,7 @@ def largest_difference(a: Path, b: Path) -> dict | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default="example,serving-load,disagg,disagg-closed,"
+    parser.add_argument("--cases", default="example,serving-load,disagg,disagg-closed,mtp,"
                         "training,pipeline,"
                         "2e6,1e8,search,sensitivity,plan,validate,report")
     parser.add_argument("--platforms", default="default,cpu",
