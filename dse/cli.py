@@ -21,6 +21,11 @@ from .errors import InputError
 
 EXIT_INPUT = 2
 
+# The figures `dse plot` draws, in the report's order: dse.report.kinds.KINDS, named here
+# so that the parser needs no plotting import (tests/test_cli.py checks they agree).
+PLOT_KINDS = ("heatmap", "pareto", "roofline", "memory", "latency", "load", "frontier",
+              "tornado", "history")
+
 
 def _cmd_sweep(args) -> int:
     from .results.summary import reduce_summary, sweep_summary
@@ -400,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verbs.add_parser("plot", help="one figure of a result as PNG or SVG")
     p.add_argument("result", help="result file (.nc or .zarr)")
-    p.add_argument("kind", help="heatmap, pareto, roofline, memory, latency, tornado, history")
+    p.add_argument("kind", help=", ".join(PLOT_KINDS))
     p.add_argument("-o", "--output", help="figure path, .png or .svg (default: "
                    "<result>-<kind>.png beside the result)")
     p.add_argument("--metric", help="variable to show (default: the mode's throughput)")

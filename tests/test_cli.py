@@ -151,3 +151,16 @@ def test_the_command_exits_with_mains_code_and_flushed_output(tmp_path):
     with xr.open_dataset(out) as ds:
         assert dict(ds.sizes) == CONTRACT_SIZES
         assert np.isfinite(ds["ttft_s"].values).any()
+
+
+def test_plot_help_names_every_kind_it_draws(capsys):
+    """`dse plot --help` lists the kinds the plotting module draws (issue 37: it listed 7
+    of 9, without load and frontier)."""
+    from dse.cli import PLOT_KINDS
+    from dse.report.kinds import KINDS
+
+    assert PLOT_KINDS == tuple(KINDS)
+    with pytest.raises(SystemExit):
+        main(["plot", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert all(kind in out for kind in KINDS) and "load, frontier" in out
