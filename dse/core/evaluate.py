@@ -95,13 +95,15 @@ def _reason_code(flags) -> jnp.ndarray:
     return code
 
 
-def _ep_ok(m: ModelSpec, ep, tp, dp):
-    """Expert parallelism splits the experts evenly over ep devices of the tp x dp ones,
-    each expert's FFN evenly over the rest; a dense model ignores it (as vLLM's
-    --enable-expert-parallel does), so any ep is valid there and equals ep = 1."""
+def _ep_ok(m: ModelSpec, ep, tp, dp, redundant=0.0):
+    """Expert parallelism splits the experts, with their ``redundant`` copies, evenly
+    over ep devices of the tp x dp ones, each expert's FFN evenly over the rest; a dense
+    model ignores it (as vLLM's --enable-expert-parallel does), so any ep is valid there
+    and equals ep = 1."""
     etp = tp * dp / ep
     return ((ep == 1.0) | (m.n_experts == 0.0)
-            | (_divides(ep, m.n_experts) & _divides(ep, tp * dp) & _divides(etp, m.d_ff_expert)))
+            | (_divides(ep, m.n_experts + redundant) & _divides(ep, tp * dp)
+               & _divides(etp, m.d_ff_expert)))
 
 
 def _devices_ok(num_devices, per_replica):
@@ -137,7 +139,7 @@ def inference_reasons(m: ModelSpec, p: InferencePoint, fits, draft: ModelSpec | 
         (p.pp > m.n_layers, "pp_exceeds_layers"),
         (~fits, "oom"),
         (p.input_len + p.output_len > m.max_seq_len, "context_too_long"),
-        (~_ep_ok(m, p.ep, p.tp, p.dp), "ep_indivisible"),
+        (~_ep_ok(m, p.ep, p.tp, p.dp, p.ep_redundant_experts), "ep_indivisible"),
         (~_devices_ok(p.num_devices, p.tp * p.pp), "devices_indivisible"),
         (False if overloaded is None else overloaded, "overloaded"),
     ])
@@ -166,7 +168,7 @@ def serving_replica(p: InferencePoint, models: ModelSpec, hardware: HardwareSpec
     :func:`dse.formulas.serving.replica_load` builds them (for tests and tools that run
     the same engine step elsewhere, e.g. a discrete-event simulator)."""
     p, m, hw, precision, rates, capacity = _inference_inputs(p, models, hardware)
-    par = Parallel(p.tp, p.pp, p.dp, p.ep)
+    par = Parallel(p.tp, p.pp, p.dp, p.ep, p.ep_redundant_experts)
     s = params.shard(m, p.tp)
     weights = memory.weight_params_per_device(m, s, par) * precision.weight_bits / 8.0
     sm, ld, lengths, *_ = replica_load(
@@ -302,7 +304,7 @@ def _evaluate_inference(p: InferencePoint, models: ModelSpec, hardware: Hardware
     draft = take(models, p.draft_model) if "speculative" in features else None
     out = inference(
         m, rates, capacity, Workload(p.batch, p.input_len, p.output_len, p.prefill_chunk),
-        Parallel(p.tp, p.pp, p.dp, p.ep), precision,
+        Parallel(p.tp, p.pp, p.dp, p.ep, p.ep_redundant_experts), precision,
         Options(p.flash_attention, p.lora_rank, p.lora_adapters, p.moe_imbalance),
         Speculation(draft, p.draft_len, p.acceptance_rate),
         Power(hw.tdp_w, hw.price_usd_per_s * price_scale(p), p.power_static, p.power_compute,

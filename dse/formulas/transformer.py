@@ -35,9 +35,19 @@ def expected_distinct(population, picks_per_draw, draws):
 
 
 def expert_layout(m: ModelSpec, par: Parallel):
-    """(experts per device, expert-tensor-parallel width, replicas per EP group)."""
+    """(experts per device, expert-tensor-parallel width, replicas per EP group).
+
+    Under expert parallelism an EPLB layout (SGLang ``--ep-num-redundant-experts``, vLLM
+    ``--num-redundant-experts``, TensorRT-LLM's ``num_slots``) holds ``par.redundant``
+    copies of the busiest experts beside the routed ones: (E + R) / ep physical experts
+    per device."""
     etp = jnp.where(par.ep > 1.0, par.tp * par.dp / par.ep, par.tp)
-    return m.n_experts / par.ep, etp, par.ep * etp / par.tp
+    return physical_experts(m, par) / par.ep, etp, par.ep * etp / par.tp
+
+
+def physical_experts(m: ModelSpec, par: Parallel):
+    """Routed experts held over an EP group, redundant copies included (E without EP)."""
+    return m.n_experts + jnp.where(par.ep > 1.0, par.redundant, 0.0)
 
 
 def _mlp(m: ModelSpec, rows, ff, weight_sets, p: Precision, bias):
@@ -130,7 +140,10 @@ def layer_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, pa
         skew = jnp.where(par.ep > 1.0, 1.0 + (o.moe_imbalance - 1.0) / jnp.maximum(local, 1.0),
                          1.0)
         rows = t * group * m.top_k / par.ep * skew
-        hit = local * (1.0 - (1.0 - m.top_k / jnp.maximum(m.n_experts, 1.0)) ** (t * group))
+        # each routed token lands on k of the E + R physical experts (a copy takes its
+        # share of its expert's tokens)
+        slots = jnp.maximum(physical_experts(m, par), 1.0)
+        hit = local * (1.0 - (1.0 - m.top_k / slots) ** (t * group))
         routed = _mlp(m, rows, m.d_ff_expert / etp, hit, p, 0.0)
         expert_rates = shaped(flat, rows / jnp.maximum(hit, 1.0))  # rows per expert in use
         has_shared = m.n_shared_experts > 0.0

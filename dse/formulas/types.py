@@ -202,6 +202,7 @@ class Parallel(NamedTuple):
     pp: Any
     dp: Any
     ep: Any
+    redundant: Any = 0.0  # redundant expert copies per MoE layer over the ep ranks (EPLB)
 
 
 class Options(NamedTuple):

@@ -107,6 +107,10 @@ class InferencePoint:
                                   "memory_scale")
     memory_reserve: Any = knob(0.1, "reserve", "memory fraction kept for the framework and "
                                "fragmentation; default 0.1 = vLLM's gpu_memory_utilization 0.9")
+    ep_redundant_experts: Any = knob(0, "int0", "redundant expert copies per MoE layer over "
+                                     "the expert-parallel ranks (EPLB: SGLang "
+                                     "--ep-num-redundant-experts, vLLM --num-redundant-experts)"
+                                     "; ep divides the experts plus these", "experts")
     moe_imbalance: Any = knob(1.0, "ratio1", "max over mean tokens per expert (MoE; 1: "
                               "balanced); under expert parallelism the busiest expert's device "
                               "sets the step")

@@ -393,14 +393,18 @@ def _check_contradictions(study: Study) -> None:
                              f"{card.fields['n_layers']} layers of {card.name}",
                              f"1..{card.fields['n_layers']}")
     eps = study.values("ep")
+    copies = study.values("ep_redundant_experts") if study.mode == "inference" else (0,)
     if all(ep > 1 for ep in eps):
         targets = set(study.values("model"))
         for card in (c for c in study.models if c.name in targets):
             experts = card.fields.get("n_experts", 0)
-            if experts and not any(experts % ep == 0 for ep in eps):  # dense: ignored
+            if experts and not any((experts + r) % ep == 0 for ep in eps for r in copies):
                 raise InputError(file, "axes.ep", f"ep = {_show(eps)} cannot split the "
-                                 f"{experts} experts of {card.name}",
-                                 "1, or a divisor of the MoE model's experts")
+                                 f"{experts} experts of {card.name}"
+                                 + (f" (with {_show(copies)} redundant)" if any(copies)
+                                    else ""),
+                                 "1, or a divisor of the MoE model's experts (plus "
+                                 "ep_redundant_experts)")
 
 
 def _requested(study: Study) -> list[tuple[str, str]]:

@@ -59,7 +59,7 @@ KINDS = ("train", "infer_decode", "infer_prefill", "serving_throughput", "servin
 # Columns a CSV may add for serving_latency rows (absent or empty: not stated).
 LOAD_COLUMNS = ("concurrency", "request_rate", "arrival_cv", "framework", "moe_tp",
                 "max_num_seqs", "max_num_tokens", "input_len_cv", "output_len_cv",
-                "prefix_cache_hit", "spec_tokens", "spec_acceptance")
+                "prefix_cache_hit", "spec_tokens", "spec_acceptance", "ep_redundant_experts")
 # Columns a CSV may add for disaggregated serving_latency rows (dse.formulas.disagg).
 POOL_KEYS = ("workers", "tp", "pp", "dp", "ep", "moe_tp", "batch")
 DISAGG_COLUMNS = ("serving", "pool", *(f"{p}_{k}" for p in ("prefill", "decode")
@@ -617,7 +617,8 @@ def _load_knobs(row, knobs: dict, n_devices: int, framework: str, load: bool = T
     if not cap:
         said.append("the framework's default running-batch cap")
     engine = ALIASES.get(framework, framework)
-    knobs.update(_speculation(row))
+    knobs.update(_speculation(row),
+                 ep_redundant_experts=float(_number(row, "ep_redundant_experts", int, 0)))
     if knobs["spec_tokens"] and not knobs["spec_acceptance"]:
         said.append("acceptance not stated: acceptance_rate's default")
     knobs.update(batch=1, input_len=inp, output_len=out, concurrency=clients,
