@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from dse.validate.rows import case, Case, Skip
+from dse.validate.rows import case, Case
 from dse.validate.silicon import convert
 
 ROOT = Path(__file__).resolve().parents[2]
