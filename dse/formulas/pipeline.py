@@ -101,7 +101,7 @@ def pipeline(m: ModelSpec, rates: Rates, links: Links, capacity, candidates, can
     s = params.whole(m)
     micro = jnp.minimum(float(n_stages), batch)
     b = batch / micro
-    layer_features = frozenset(features) & {"moe", "mla", "window", "linear"}
+    layer_features = frozenset(features) & {"moe", "mla", "sparse", "window", "linear"}
     lo = input_len + 1.0
     hi = input_len + jnp.maximum(output_len - 1.0, 1.0)
     decode_pass = Pass("decode", b, 1.0, lo, hi)

@@ -178,3 +178,23 @@ def test_a_model_without_an_indexer_costs_the_same_with_the_switch_on(ps):
         for name, part in plain[kind].items():
             for a, b in zip(part, switched[kind][name]):
                 assert np.array_equal(a, b), (kind, name)
+
+
+def test_a_pipeline_prices_the_indexer_too():
+    """Pipeline mode (cross-machine layer split) runs the layer parts of inference; its
+    layer switches dropped "sparse", so DeepSeek-V3.2 cost what V3 does there. With the
+    indexer's projections, scoring and key cache its decode step is slower than V3's
+    (same weights otherwise: the two cards differ only by DSA)."""
+    from pathlib import Path
+
+    from dse.run.sweep import sweep
+    from dse.study import parse_study
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "studies" / "pipeline-apple-lan.toml").read_text()
+    lines = [ln for ln in text.splitlines() if not ln.startswith("path")]
+    text = "\n".join('model = ["deepseek-v3", "deepseek-v3.2"]' if ln.startswith("model =")
+                     else ln for ln in lines)
+    ds = sweep(parse_study(text, "pl.toml"), progress=False)
+    v3, v32 = (ds.tpot_s.sel(model=m).values for m in ("deepseek-v3", "deepseek-v3.2"))
+    assert (v32 > v3).all()
