@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from dse.validate.rows import case, Case
+from dse.validate.rows import case, Case, Skip
 from dse.validate.silicon import convert
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,3 +151,18 @@ def test_an_unknown_quantization_mode_is_refused_in_one_line(tmp_path, capsys):
     assert len(err) == 1 and str(src) in err[0] and "mxfp8" in err[0]
     assert "minimaxm2_5_b300_vllm_fp8_agg_1024x1024_c512_cfg734" in err[0]
     assert not out.exists() and list(tmp_path.iterdir()) == [src]
+
+
+def test_an_unknown_system_is_kept_and_scored_as_unknown_hardware(tmp_path):
+    """A newer release may measure a system dse has no card for: the converter keeps
+    its upstream name, and validation gives those rows the status that says so."""
+    src = tmp_path / "silicon_sample.csv"
+    src.write_text(UPSTREAM.replace(",h100_sxm,", ",x9000_sxm,"))
+    out = tmp_path / "measured_silicon.csv"
+    assert convert(src, out, "0.12.0") == 3
+    with out.open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["hardware"] == "x9000_sxm"]
+    assert len(rows) == 2  # its TTFT and its TPOT
+    skipped = [case(r) for r in rows]
+    assert all(isinstance(s, Skip) and s.status == "unknown_hardware" for s in skipped)
+    assert all("x9000_sxm" in s.reason for s in skipped)
