@@ -18,18 +18,26 @@ FORMATS = ("vllm", "sglang", "trtllm", "dynamo")
 
 # The flags and config keys dse writes, per engine, where they are documented.
 FLAGS = {
-    # vLLM 0.11.0, vllm/engine/arg_utils.py (EngineArgs.add_cli_args) and config/*.py
+    # vLLM 0.11.0, vllm/engine/arg_utils.py (EngineArgs.add_cli_args) and config/*.py;
+    # --speculative-config's JSON: config/speculative.py (method "mtp",
+    # num_speculative_tokens; docs/features/speculative_decoding/mtp.md)
     "vllm": {"--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size",
              "--enable-expert-parallel", "--max-num-seqs", "--max-num-batched-tokens",
              "--kv-cache-dtype", "--quantization", "--max-model-len",
-             "--gpu-memory-utilization", "--kv-transfer-config", "--port"},
+             "--gpu-memory-utilization", "--kv-transfer-config", "--speculative-config",
+             "--port"},
     # SGLang 0.5.3, python/sglang/srt/server_args.py (ServerArgs.add_cli_args);
-    # sglang_router.launch_router for the PD router
+    # sglang_router.launch_router for the PD router; speculative decoding as the docs'
+    # advanced_features/speculative_decoding (MTP runs as EAGLE with the model's own
+    # draft layer); EPLB as the team's large-scale EP launch commands (sglang#6017)
     "sglang": {"--model-path", "--tp-size", "--pp-size", "--dp-size", "--enable-dp-attention",
                "--ep-size", "--max-running-requests", "--chunked-prefill-size",
                "--kv-cache-dtype", "--quantization", "--context-length",
                "--mem-fraction-static", "--disaggregation-mode", "--port",
-               "--pd-disaggregation", "--prefill", "--decode"},
+               "--pd-disaggregation", "--prefill", "--decode", "--speculative-algorithm",
+               "--speculative-num-steps", "--speculative-eagle-topk",
+               "--speculative-num-draft-tokens", "--ep-num-redundant-experts",
+               "--enable-eplb"},
     # TensorRT-LLM, tensorrt_llm/commands/serve.py (trtllm-serve options) and
     # tensorrt_llm/llmapi/llm_args.py (the --extra_llm_api_options YAML keys);
     # examples/disaggregated/README.md and disagg_config.yaml for disaggregation
@@ -41,13 +49,15 @@ FLAGS = {
                "--pipeline-parallel-size", "--data-parallel-size", "--enable-expert-parallel",
                "--max-num-seqs", "--max-num-batched-tokens", "--kv-cache-dtype",
                "--quantization", "--max-model-len", "--gpu-memory-utilization",
-               "--kv-transfer-config"},
+               "--kv-transfer-config", "--speculative-config"},
 }
 # YAML keys of TensorRT-LLM's LLM API options (llm_args.py) and disaggregated server config
+# (speculative_config with decoding_type MTP: docs/source/features/speculative-decoding.md)
 TRTLLM_KEYS = {"enable_attention_dp", "enable_chunked_prefill", "kv_cache_config", "dtype",
                "free_gpu_memory_fraction", "cache_transceiver_config", "backend",
                "disable_overlap_scheduler", "hostname", "port", "context_servers",
-               "generation_servers", "num_instances", "urls"}
+               "generation_servers", "num_instances", "urls", "speculative_config",
+               "decoding_type", "num_nextn_predict_layers"}
 # DynamoGraphDeployment keys (the CRD's manifests)
 DYNAMO_KEYS = {"apiVersion", "kind", "metadata", "name", "spec", "services", "componentType",
                "subComponentType", "replicas", "resources", "limits", "gpu",
@@ -84,6 +94,8 @@ class Deployment:
     memory_fraction: float
     moe: bool
     expected: dict
+    spec_tokens: int = 0  # MTP draft tokens per step (0: none)
+    redundant: int = 0  # redundant expert copies per MoE layer (EPLB)
 
     @property
     def disagg(self) -> bool:
@@ -125,7 +137,8 @@ def deployments(result, top: int = 3) -> list[Deployment]:
                               float(k.get("kv_bits", 16)), i("max_num_tokens"),
                               i("input_len", 512) + i("output_len", 128),
                               round(1.0 - float(k.get("memory_reserve", 0.1)), 3),
-                              card.is_moe, best["outputs"]))
+                              card.is_moe, best["outputs"], i("spec_tokens"),
+                              i("ep_redundant_experts")))
     return out
 
 
@@ -156,6 +169,9 @@ def _vllm_args(d: Deployment, p: Pool, dynamo: bool = False) -> list[str]:
         args += ["--quantization", quant]
     args += ["--max-model-len", str(d.max_len),
              "--gpu-memory-utilization", str(d.memory_fraction)]
+    if d.spec_tokens and p.role != "prefill":
+        args += ["--speculative-config",
+                 json.dumps({"method": "mtp", "num_speculative_tokens": d.spec_tokens})]
     if p.role != "agg":
         role = "kv_producer" if p.role == "prefill" else "kv_consumer"
         args += ["--kv-transfer-config",
@@ -182,6 +198,12 @@ def _sglang_args(d: Deployment, p: Pool) -> list[str]:
         args += ["--quantization", quant]
     args += ["--context-length", str(d.max_len), "--mem-fraction-static",
              str(d.memory_fraction)]
+    if d.spec_tokens and p.role != "prefill":
+        args += ["--speculative-algorithm", "EAGLE", "--speculative-num-steps",
+                 str(d.spec_tokens), "--speculative-eagle-topk", "1",
+                 "--speculative-num-draft-tokens", str(d.spec_tokens + 1)]
+    if d.moe and p.ep > 1 and d.redundant:
+        args += ["--ep-num-redundant-experts", str(d.redundant), "--enable-eplb"]
     if p.role != "agg":
         args += ["--disaggregation-mode", p.role]
     return args
@@ -194,6 +216,9 @@ def _trtllm_options(d: Deployment, p: Pool) -> dict:
         opts["kv_cache_config"]["dtype"] = "fp8"
     if p.dp > 1:
         opts["enable_attention_dp"] = True
+    if d.spec_tokens and p.role != "prefill":
+        opts["speculative_config"] = {"decoding_type": "MTP",
+                                      "num_nextn_predict_layers": d.spec_tokens}
     if p.role != "agg":
         opts["cache_transceiver_config"] = {"backend": "DEFAULT"}
         if p.role == "prefill":
@@ -314,6 +339,12 @@ def _readme(d: Deployment, fmt: str) -> str:
         v = d.expected.get(key)
         if isinstance(v, (int, float)):
             lines.append(f"| {label} | {v * scale:.4g} {unit} |")
+    if d.spec_tokens:
+        lines += ["", f"Speculative decoding: {d.spec_tokens} MTP draft token(s) per decode "
+                  "step, the model's own draft layer (a checkpoint that ships it)."]
+    if d.redundant and d.moe and fmt != "sglang":
+        lines += ["", f"Redundant experts: {d.redundant} copies per MoE layer (EPLB) were "
+                  f"assumed; set them in {fmt}'s expert load balancer (not written here)."]
     lines += ["", "Ports and hosts are placeholders: one command per worker, on its own "
               "devices."]
     return "\n".join(lines) + "\n"

@@ -132,3 +132,45 @@ def test_emit_into_a_file_is_refused(tmp_path, capsys):
     assert main(["search", str(STUDIES / "search-serving.toml"), "--emit", "sglang",
                  "-o", str(target)]) == 2
     assert "-o" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_speculative_decoding_and_redundant_experts_reach_the_launch_files(fmt, tmp_path):
+    """A deployment searched with spec_tokens = 2 and 32 redundant experts: the decode
+    pool's command drafts 2 tokens in each engine's own terms (SGLang: EAGLE over the
+    model's draft layer, 2 steps, 3 tokens verified; vLLM and Dynamo: method "mtp";
+    TensorRT-LLM: decoding_type MTP), the prefill pool does not speculate, SGLang writes
+    the EPLB flags, and every flag and key is in the sourced tables."""
+    text = DISAGG.replace("request_rate = 8", "request_rate = 8\nspec_tokens = 2\n"
+                          "ep_redundant_experts = 32")
+    files = {p.name: p.read_text() for p in emit(_result(text, {"tpot_s": 0.01}), fmt,
+                                                   tmp_path)}
+    assert "2 MTP draft token(s)" in files["README.md"]
+    commands = [line for line in files.get("launch.sh", "").splitlines()
+                if line and not line.startswith("#")]
+    for line in commands:
+        assert set(_flags(line)) <= FLAGS[fmt], line
+    if fmt in ("vllm", "dynamo"):
+        if fmt == "vllm":
+            args = [shlex.split(c) for c in commands]
+        else:
+            services = yaml.safe_load(files["deployment.yaml"])["spec"]["services"]
+            args = [services[f"VllmWorker{r}"]["extraPodSpec"]["mainContainer"]["args"]
+                    for r in ("Prefill", "Decode")]
+        prefill, decode = args
+        assert "--speculative-config" not in prefill
+        spec = json.loads(decode[decode.index("--speculative-config") + 1])
+        assert spec == {"method": "mtp", "num_speculative_tokens": 2}
+        assert "Redundant experts: 32" in files["README.md"]
+    if fmt == "sglang":
+        prefill, decode, _ = commands
+        assert "--speculative-algorithm" not in prefill
+        assert ("--speculative-algorithm EAGLE --speculative-num-steps 2 "
+                "--speculative-eagle-topk 1 --speculative-num-draft-tokens 3") in decode
+        assert "--ep-num-redundant-experts 32 --enable-eplb" in decode
+    if fmt == "trtllm":
+        decode = yaml.safe_load(files["decode.yml"])
+        assert decode["speculative_config"] == {"decoding_type": "MTP",
+                                                "num_nextn_predict_layers": 2}
+        assert "speculative_config" not in yaml.safe_load(files["prefill.yml"])
+        assert _keys(decode) <= TRTLLM_KEYS
