@@ -151,9 +151,8 @@ def step_time(sm: StepModel, decode, prompt, chunks, rank: int, xp=jnp, spec=Non
     model's own draft layer, DeepSeek-V3 Sec. 2.2), each decoding sequence first drafts k
     tokens, one pass of a draft layer and the LM head over the B sequences each (a layer
     of the model: L(B) / layers and its attention over the cache, the head at B rows),
-    then the step verifies k + 1
-    positions per sequence: B (k + 1) token rows through the body and the head, and each
-    sequence's k + 1 queries over its cache."""
+    then the step verifies k + 1 positions per sequence: B (k + 1) token rows through the
+    body and the head, and each sequence's k + 1 queries over its cache."""
     seqs = decode + chunks
     verified = decode if spec is None else decode * (spec + 1.0)
     micro = xp.minimum(sm.pp, xp.maximum(seqs, 1.0))
