@@ -16,7 +16,12 @@ Read from the engines' own code (versions in each entry's ``source``):
   4,096) (``model_runner.py``), taken here as 4,096 (the KV memory caps it anyway).
 - **trtllm** (TensorRT-LLM ``trtllm-serve``): in-flight batching mixes context and
   generation tokens in one step; ``--max_batch_size`` 2,048, ``--max_num_tokens`` 8,192
-  (``tensorrt_llm/llmapi/llm_args.py``).
+  (``tensorrt_llm/llmapi/llm_args.py``). With attention data parallelism its
+  deployments balance the context phase across ranks (``attention_dp_config:
+  enable_balance: true, batching_wait_iters: 0, timeout_iters: 60`` in NVIDIA's
+  DeepSeek-R1 recipes, the InferenceX benchmark scripts and AIConfigurator's generated
+  configs): a rank's waiting prompts are scheduled only in a step where every rank has
+  one, or once 60 steps have passed since the last (``PyExecutor._balance_adp_requests``).
 - **llama.cpp** (``llama-server``): each step adds one token per generating slot, then
   prompt tokens up to ``--batch-size`` 2,048 (``tools/server/server-context.cpp``);
   ``--parallel`` auto is 4 slots (``common/arg.cpp``).
@@ -41,6 +46,9 @@ class Framework:
     separate: bool  # prefill steps apart from decode steps
     calibration: tuple[str, ...]  # calibration framework names, first found wins
     source: str
+    # attention-DP context balancing: the most steps a rank's prompts wait for every rank
+    # to have one (0: none, each rank schedules its own)
+    adp_balance_iters: float = 0.0
 
     def max_num_seqs(self, memory_bytes: float, hardware: str) -> float:
         gib = memory_bytes / units.GIB
@@ -66,7 +74,7 @@ FRAMEWORKS = {
     "sglang": Framework("sglang", True, ("sglang", "vllm", "generic"),
                         "SGLang 0.5.3 / 0.5.23 wheels"),
     "trtllm": Framework("trtllm", False, ("tensorrt-llm", "generic"),
-                        "TensorRT-LLM trtllm-serve and llm_args.py (2025-26)"),
+                        "TensorRT-LLM trtllm-serve and llm_args.py (2025-26)", 60.0),
     "llama.cpp": Framework("llama.cpp", False, ("llama.cpp", "generic"),
                            "llama.cpp @0c1e57098 (llama-cpp-python 0.3.36)"),
     "generic": Framework("generic", False, ("generic",), "vLLM's defaults for mid-size GPUs"),

@@ -57,6 +57,9 @@ class HardwareSpec:
     default_max_num_seqs: Any = dataclasses.field(default=256.0, metadata=dict(framework=True))
     default_max_num_tokens: Any = dataclasses.field(default=8192.0,
                                                     metadata=dict(framework=True))
+    # attention-DP context balancing (dse.catalogue.frameworks: steps a rank's prompts
+    # may wait for every rank to have one; 0: none)
+    adp_balance_iters: Any = dataclasses.field(default=0.0, metadata=dict(framework=True))
     # Measured GEMM efficiency surfaces (dse.catalogue.kernels): this device's table in
     # ``gemm_surface`` (-1: none, matmuls at the calibrated rates), and the efficiency
     # tables [table, slot, M, N, K] of the whole spec table, shared by its entries (not

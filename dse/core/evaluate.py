@@ -125,7 +125,11 @@ def _serving(p: InferencePoint, hw: HardwareSpec) -> Serving:
                              hw.default_max_num_tokens),
                    hw.prefill_separate, p.prefix_cache_hit, p.input_len_cv, p.output_len_cv,
                    p.ttft_slo_s, p.tpot_slo_s, hw.request_overhead_s, p.spec_tokens,
-                   spec_step_tokens(p.spec_tokens, p.spec_acceptance, p.acceptance_rate))
+                   spec_step_tokens(p.spec_tokens, p.spec_acceptance, p.acceptance_rate),
+                   # context balancing holds context requests: a disaggregated worker's
+                   # prompts (prefill pool: nothing decodes; decode pool: generation-init
+                   # requests) are not held
+                   jnp.where(p.serving == disagg.DISAGG, 0.0, hw.adp_balance_iters))
 
 
 

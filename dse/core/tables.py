@@ -72,7 +72,8 @@ def with_framework(spec: HardwareSpec, framework: str, device: str) -> HardwareS
     return dataclasses.replace(
         spec, prefill_separate=np.float64(1.0 if fw.separate else 0.0),
         default_max_num_seqs=np.float64(fw.max_num_seqs(memory, device)),
-        default_max_num_tokens=np.float64(fw.max_num_tokens(memory, device)))
+        default_max_num_tokens=np.float64(fw.max_num_tokens(memory, device)),
+        adp_balance_iters=np.float64(fw.adp_balance_iters))
 
 
 def tables(study):

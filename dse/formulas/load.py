@@ -32,6 +32,27 @@ The model is a mean field over steps, solved as a fixed point a fixed number of 
   c - S requests beyond the slots waiting for S departures; **open loop**: capacity is
   the closed loop at c = S (slots always full), ``overloaded`` where lambda >= capacity,
   and the wait for a slot is M/G/S (Erlang C with the Allen-Cunneen factor).
+- **Attention-DP ranks** (``ranks`` = R > 1: data-parallel attention ranks whose MoE
+  layers run as one expert-parallel group, SGLang ``--enable-dp-attention``, TensorRT-LLM
+  ``enable_attention_dp``, vLLM DP+EP): each rank runs its own share of the load, but a
+  step ends on every rank when the slowest rank's does, so a rank's decodes wait on the
+  prompt work of all R ranks. With each rank's steps carrying prompt work with
+  probability f, independently, a step of the group carries some with probability
+  f_R = 1 - (1 - f)^R: the step stream takes prompt work R times as often where prompts
+  are rare (f R << 1) and no more often where every step carries some (f -> 1). The
+  seconds a prompt token adds to the stream scale by f_R / f; a prompt step of the group
+  lasts as the rank's own (the slowest of several is not modelled). A decoding request
+  meets the prompt work of its rank's other requests and, with probability
+  1 - (1 - f)^(R - 1), another rank's prompt step: its rank decodes in it (SGLang runs a
+  decode batch beside another rank's prefill), at the prompt step's length.
+  With context balancing (``balance`` = T > 0 steps: TensorRT-LLM's ``attention_dp_config``
+  ``enable_balance``) a rank's prompts wait until every rank has one, or T steps after
+  the last release: prompt steps coincide on all ranks (the stream takes them as one
+  rank does) and a prompt waits half a release cycle, L / 2 steps, L = min(H_R / a, T)
+  with a = lambda tbar the prompts a rank receives per step (H_R / a: the mean of the
+  longest of R exponential waits for the next prompt, H_R the R-th harmonic number),
+  where every rank has a sequence decoding (else the engine releases the prompts at
+  once: a prefill-only worker never waits).
 - **Percentiles**: mixtures over quantile nodes of the length distributions (inputs for
   TTFT, outputs for TPOT and E2E), the residual of the running step (uniform over a step
   drawn size-biased), the wait for a slot, and the prompt work of others.
@@ -65,6 +86,8 @@ class Load(NamedTuple):
     budget: Any  # tokens per engine step M (max_num_tokens)
     separate: Any  # 1: prefill steps apart from decode steps, 0: chunked prefill mixed in
     prefix_hit: Any  # fraction of prompt tokens served from the prefix cache
+    ranks: Any = 1.0  # ranks in lock-step per step (attention-DP ranks sharing the experts)
+    balance: Any = 0.0  # steps a rank's prompts may wait for every rank to have one (0: none)
 
 
 class Lengths(NamedTuple):
@@ -161,24 +184,48 @@ def _steps(step: StepTime, nodes: _Nodes, load: Load, s: _State, closed, clients
     chunks = jnp.maximum(x * s.tbar / f, 1.0)
     tq = step(bs, jnp.minimum(wn, cap), chunks)
     m1, m2 = jnp.sum(ww * tq, 0), jnp.sum(ww * tq * tq, 0)
-    per_token = jnp.where(sep > 0.0, f * m1, f * (m1 - tau_d)) / jnp.maximum(work, 1e-30)
+    # balanced ranks (TensorRT-LLM's attention-DP context balancing) have their prompt
+    # steps together: such a step lasts the longest of the R ranks' prompt steps
+    aligned = (load.ranks > 1.0) & (load.balance > 0.0)
+    m1_all, m2_all = q.largest_moments(tq, ww, [(1.0, load.ranks)])
+    m1, m2 = jnp.where(aligned, m1_all, m1), jnp.where(aligned, m2_all, m2)
+    # attention-DP ranks in lock-step (R = ranks): a step of the group lasts the decode
+    # step plus the largest excess of a rank's prompt step over it (its prompt buffer at
+    # the nodes wn, each rank with prompt work with probability f, independently)
+    coupled = (load.ranks > 1.0) & (load.balance <= 0.0)  # balanced: prompt steps aligned
+    excess = jnp.maximum(tq - tau_d, 0.0)
+    e_r, e_r2 = q.largest_moments(excess, ww, [(f, load.ranks)])
+    e_1 = jnp.sum(ww * excess, 0)
+    per_token = jnp.where(coupled, e_r, jnp.where(sep > 0.0, f * m1, f * (m1 - tau_d))
+                          ) / jnp.maximum(work, 1e-30)
     den = 1.0 - per_token * x * ei
-    tb = jnp.where(sep > 0.0, (1.0 - f) * tau_d, tau_d) / jnp.maximum(den, 0.05)
+    tb = jnp.where(coupled | (sep <= 0.0), tau_d, (1.0 - f) * tau_d) / jnp.maximum(den, 0.05)
     # overloaded: prompt work alone would fill every step (full steps of the budget), to
     # within PROMPT_MARGIN, short of which the step mean field is singular
     over = x * ei * t_full >= cap * (1.0 - PROMPT_MARGIN)
     damp = DAMP * sep  # a separate prefill step feeds back on itself: damped
     tbar = damp * s.tbar + (1.0 - damp) * tb
-    var_t = jnp.maximum((1.0 - f) * tau_d ** 2 + f * m2 - tbar ** 2, 0.0)
+    var_t = jnp.maximum(jnp.where(coupled, tau_d ** 2 + 2.0 * tau_d * e_r + e_r2,
+                                  (1.0 - f) * tau_d ** 2 + f * m2) - tbar ** 2, 0.0)
     r = jnp.clip(per_token * x * ei, 0.0, 0.95)  # step-length autocorrelation
     share = jnp.where(closed, (clients - 1.0) / jnp.maximum(clients, 1.0), 1.0)
     seen = _seen_decode_step(step, b, closed, share, load.slots)
     fo = f * share
-    base = jnp.where(sep > 0.0, seen + fo / jnp.maximum(1.0 - fo, 1e-6) * m1,
-                     seen + fo * (m1 - tau_d))
-    parts = dict(b=b, bs=bs, cap=cap, tau_d=tau_d, carry=carry, work=work, buffer=buffer,
+    # coupled: its rank's decode steps last as the other ranks' prompt work makes them,
+    # and (mixed) the others of its rank have prompt work with probability fo; apart from
+    # decodes (separate), its rank's prompt steps stall it, each as long as the longest
+    alone = seen + jnp.where(sep > 0.0, fo / jnp.maximum(1.0 - fo, 1e-6) * m1, fo * (m1 - tau_d))
+    others, _ = q.largest_moments(excess, ww, [(f, load.ranks - 1.0)])
+    mixed_r, _ = q.largest_moments(excess, ww, [(fo, 1.0), (f, load.ranks - 1.0)])
+    own_r, _ = q.largest_moments(excess, ww, [(1.0, 1.0), (f, load.ranks - 1.0)])
+    grouped = seen + jnp.where(sep > 0.0, fo / jnp.maximum(1.0 - fo, 1e-6) * (tau_d + own_r)
+                               + others, mixed_r)
+    base = jnp.where(coupled, grouped, alone)
+    parts = dict(coupled=coupled, excess=excess,
+                 others_mass=q.largest_mass(ww, [(f, load.ranks - 1.0)]),
+                 b=b, bs=bs, cap=cap, tau_d=tau_d, carry=carry, work=work, buffer=buffer,
                  chunks=chunks, m2=m2, p_d=p_d, p_m=p_m, r=r, share=share, base=base, seen=seen,
-                 over=over, t_full=t_full, rho_t=rho_t, slope=(step(b + 1.0, 0.0, 0.0) - step(jnp.maximum(b - 1.0, 0.0), 0.0,
+                 over=over, t_full=t_full, rho_t=rho_t, amplify=jnp.where(coupled, e_r / jnp.maximum(f * e_1, 1e-30), 1.0), slope=(step(b + 1.0, 0.0, 0.0) - step(jnp.maximum(b - 1.0, 0.0), 0.0,
                                                                  0.0)) / 2.0)
     return s._replace(tbar=tbar, var_t=var_t, f=f, m1=m1), parts
 
@@ -193,7 +240,7 @@ def _seen_decode_step(step, b, closed, share, slots):
     return jnp.where(closed, closed_loop, open_loop)
 
 
-def _tagged(step, nodes: _Nodes, s: _State, p, closed, full: bool):
+def _tagged(step, nodes: _Nodes, load: Load, s: _State, p, closed, full: bool):
     """TTFT (without the wait for a slot), TPOT per output node and what they need."""
     x, ei = s.x, nodes.mean_prompt
     et2 = s.var_t + s.tbar ** 2
@@ -232,6 +279,9 @@ def _tagged(step, nodes: _Nodes, s: _State, p, closed, full: bool):
     full_steps = jnp.floor(total / cap)
     last = jnp.minimum(total - full_steps * cap + behind, cap)
     t_last = step(bs, last, chunks)
+    # coupled ranks: a step of its prompt lasts at least the other ranks' prompt steps
+    t_last = jnp.where(p["coupled"], p["tau_d"] + q.at_least(
+        jnp.maximum(t_last - p["tau_d"], 0.0), p["excess"], p["others_mass"]), t_last)
     duration = full_steps * t_full + t_last
     if full:
         own = jnp.sum(nodes.prompt_w[:, None] * aw[None] * t_last, (0, 1))
@@ -247,6 +297,15 @@ def _tagged(step, nodes: _Nodes, s: _State, p, closed, full: bool):
     w = jnp.where(nodes.decode > 0.5, nodes.decode_w, 0.0)
     tpot = jnp.sum(w * tpot_n, 0) / jnp.maximum(jnp.sum(w, 0), 1e-30)
     decode_time = jnp.sum(nodes.decode_w * nodes.decode * tpot_n, 0)
+    # attention-DP context balancing: half a release cycle of L steps
+    ranks = jnp.maximum(load.ranks, 1.0)
+    harmonic = jnp.log(ranks) + 0.5772156649 + 0.5 / ranks  # H_R (to 1 / (12 R^2))
+    cycle = jnp.minimum(harmonic / jnp.maximum(x * s.tbar, 1e-30), load.balance)
+    # (released at once where some rank has nothing decoding: Poisson occupancy at b)
+    every_rank_decodes = (1.0 - jnp.exp(-p["b"])) ** ranks
+    adp_wait = jnp.where((load.ranks > 1.0) & (load.balance > 0.0),
+                         0.5 * cycle * s.tbar * every_rank_decodes, 0.0)
+    prompt_wait = prompt_wait + adp_wait
     prefill = prefill + prompt_wait
     # the prompt work queued when a request starts to decode (M/G/1: a departure leaves
     # the time-average workload behind, mean pk in tokens, busy with probability rho_t)
@@ -312,7 +371,7 @@ def _solve(step, nodes: _Nodes, load: Load, closed, iterations: int) -> _State:
     def body(i, carry):
         s, fit, lo, hi = carry
         s, p = _steps(step, nodes, load, s, closed, clients)
-        t = _tagged(step, nodes, s, p, closed, full=False)
+        t = _tagged(step, nodes, load, s, p, closed, full=False)
         s = s._replace(tpot=t["tpot"], ttft=t["residual"] + t["prefill"])
         decide = (i < searching) & (i % INNER == INNER - 1)
         # a trial above the fixed point: the closed loop's clients cannot keep that
@@ -370,7 +429,7 @@ def serve(step: StepTime, lengths: Lengths, load: Load, iterations: int = ITERAT
     s = jax.tree_util.tree_map(lambda v: v[1], s2)
     closed = ~open_loop
     s, p = _steps(step, nodes, load, s, closed, jnp.minimum(load.clients, load.slots))
-    t = _tagged(step, nodes, s, p, closed, full=True)
+    t = _tagged(step, nodes, load, s, p, closed, full=True)
     slot_time = t["prefill"] + t["decode_time"]
     # closed loop: Little's law gives the wait in front of the prompt (and the slots)
     n_running = jnp.minimum(load.clients, load.slots)

@@ -71,7 +71,11 @@ def tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed) -
     total = nodes.prompt_q[:, None, None] + t["backlog"] + co[None] / 2.0
     full_steps = jnp.floor(total / cap)
     last = jnp.minimum(total - full_steps * cap + co[None] / 2.0, cap)
-    duration = (full_steps * t["t_full"] + step(bs, last, chunks)
+    t_last = step(bs, last, chunks)
+    # coupled attention-DP ranks: at least the other ranks' prompt steps (load._tagged)
+    t_last = jnp.where(p["coupled"], p["tau_d"] + q.at_least(
+        jnp.maximum(t_last - p["tau_d"], 0.0), p["excess"], p["others_mass"]), t_last)
+    duration = (full_steps * t["t_full"] + t_last
                 + jnp.where(closed, extra_closed, 0.0))  # [input quantile, count, step]
     duration = jnp.reshape(duration, (duration.shape[0], -1) + duration.shape[3:])
     width = jnp.reshape(jnp.broadcast_to(jnp.where(closed, 0.0, lengths)[None],
@@ -112,7 +116,7 @@ def tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed) -
     # 2 W^2 / rho - W^2) is spread over its n decode steps
     rho_t = jnp.maximum(p["rho_t"], 1e-9)
     queued = jnp.maximum(2.0 * t["backlog_s"] ** 2 / rho_t - t["backlog_s"] ** 2, 0.0)
-    var_q = (x * p["share"] * tpot_q * work2 / nq + queued / nq ** 2
+    var_q = (x * p["share"] * p["amplify"] * tpot_q * work2 / nq + queued / nq ** 2
              + jnp.where(closed, 0.0, p["slope"] ** 2 * p["b"] * 0.5))
     shift = jnp.minimum(p["seen"], jnp.min(tpot_q, 0)) * 0.999
     mu, sigma = q.lognormal_params(tpot_q - shift, var_q)

@@ -170,3 +170,32 @@ def exponential_quantile_nodes(mean, n: int = 8):
 
 
 SQRT_2PI = math.sqrt(2.0 * math.pi)
+
+
+def largest_moments(v, w, groups):
+    """(mean, mean square) of the largest of independent draws: for each (p, n) of
+    ``groups``, n draws that are 0 with probability 1 - p and else take the values ``v``
+    (ascending along the leading node axis) with weights ``w``. The largest is below
+    v_j with probability F_j = prod (1 - p + p G_j)^n, G the weights' running sum."""
+    mass = largest_mass(w, groups)
+    return jnp.sum(v * mass, 0), jnp.sum(v * v * mass, 0)
+
+
+def largest_mass(w, groups):
+    """The probabilities that the largest draw of :func:`largest_moments` takes each value
+    (the rest: every draw 0)."""
+    g = jnp.cumsum(w, 0)
+    cdf, atom = 1.0, 1.0
+    for p, n in groups:
+        n = jnp.maximum(n, 0.0)
+        cdf = cdf * (1.0 - p + p * g) ** n
+        atom = atom * (1.0 - p) ** n
+    return cdf - jnp.concatenate([atom * jnp.ones_like(cdf[:1]), cdf[:-1]])
+
+
+def at_least(a, v, mass):
+    """E[max(a, Y)] for a >= 0 and Y the largest draw (values v, probabilities mass, 0
+    otherwise); a may carry node axes of its own ahead of the point axes."""
+    shape = v.shape[:1] + (1,) * (jnp.ndim(a) + 1 - v.ndim) + v.shape[1:]
+    v, mass = jnp.reshape(v, shape), jnp.reshape(mass, shape)
+    return a + jnp.sum(jnp.maximum(v - a, 0.0) * mass, 0)

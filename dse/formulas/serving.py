@@ -2,7 +2,9 @@
 (:mod:`dse.formulas.engine`) run by the load model (:mod:`dse.formulas.load`).
 
 The deployment's dp replicas share the load evenly (concurrency / dp clients or
-request_rate / dp arrivals each). A replica's running-batch cap is max_num_seqs (the
+request_rate / dp arrivals each). An MoE model's dp ranks whose experts span them
+(ep > 1: attention data parallelism) run their steps in lock-step, so a rank's decodes
+wait on every rank's prompt work (``ranks`` of :class:`dse.formulas.load.Load`). A replica's running-batch cap is max_num_seqs (the
 framework's default when 0), at most the requests its KV memory holds: the memory left
 after the weights and a full step's activations, over the cache of a running request at
 its mean length (the prompt and half its output, size-biased:
@@ -68,8 +70,12 @@ def _replica_load(m, s, p, w, sv, rates, par, o, features, capacity, weights):
     # a decode step of a speculative engine yields spec_step_tokens tokens per sequence:
     # the load model runs its steps, 1 + (output_len - 1) / E of them per request
     out_len = w.output_len if spec is None else 1.0 + (w.output_len - 1.0) / sv.spec_step_tokens
+    # attention-DP: the dp ranks of an MoE model whose experts span them (ep > 1) run each
+    # step together (the experts' all-to-all), each rank with its own share of the load
+    ranks = jnp.where((m.n_experts > 0.0) & (par.ep > 1.0), par.dp, 1.0)
     ld = load.Load(sv.request_rate / par.dp, sv.concurrency / par.dp, sv.arrival_cv, slots,
-                   sv.max_num_tokens, sv.separate, sv.prefix_cache_hit)
+                   sv.max_num_tokens, sv.separate, sv.prefix_cache_hit, ranks,
+                   sv.adp_balance_iters)
     lengths = load.Lengths(w.input_len, sv.input_len_cv, out_len, sv.output_len_cv)
     return sm, ld, lengths, per_seq, act, holds
 

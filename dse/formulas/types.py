@@ -241,6 +241,9 @@ class Serving(NamedTuple):
     frontend_s: Any = 0.0  # host seconds per request outside the engine steps
     spec_tokens: Any = 0.0  # draft tokens per decode step (MTP / EAGLE; 0: none)
     spec_step_tokens: Any = 1.0  # mean tokens a decode step yields per sequence
+    # attention-DP context balancing: a rank's prompts wait until every rank has one, at
+    # most this many steps (TensorRT-LLM's attention_dp_config timeout_iters; 0: none)
+    adp_balance_iters: Any = 0.0
 
 
 class Power(NamedTuple):

@@ -57,7 +57,8 @@ TRTLLM_KEYS = {"enable_attention_dp", "enable_chunked_prefill", "kv_cache_config
                "free_gpu_memory_fraction", "cache_transceiver_config", "backend",
                "disable_overlap_scheduler", "hostname", "port", "context_servers",
                "generation_servers", "num_instances", "urls", "speculative_config",
-               "decoding_type", "num_nextn_predict_layers"}
+               "decoding_type", "num_nextn_predict_layers", "attention_dp_config",
+               "enable_balance", "batching_wait_iters", "timeout_iters"}
 # DynamoGraphDeployment keys (the CRD's manifests)
 DYNAMO_KEYS = {"apiVersion", "kind", "metadata", "name", "spec", "services", "componentType",
                "subComponentType", "replicas", "resources", "limits", "gpu",
@@ -216,6 +217,11 @@ def _trtllm_options(d: Deployment, p: Pool) -> dict:
         opts["kv_cache_config"]["dtype"] = "fp8"
     if p.dp > 1:
         opts["enable_attention_dp"] = True
+        if d.moe and p.ep > 1 and p.role == "agg":
+            # the context balancing dse's model of TensorRT-LLM assumes (and NVIDIA's
+            # DeepSeek-R1 recipes set): prompts wait for every rank to have one, <= 60 steps
+            opts["attention_dp_config"] = {"enable_balance": True, "batching_wait_iters": 0,
+                                           "timeout_iters": 60}
     if d.spec_tokens and p.role != "prefill":
         opts["speculative_config"] = {"decoding_type": "MTP",
                                       "num_nextn_predict_layers": d.spec_tokens}

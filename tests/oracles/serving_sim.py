@@ -97,16 +97,32 @@ def simulate(step_time: StepTime, *, input_len: float, output_len: float,
              input_len_cv: float = 0.0, output_len_cv: float = 0.0,
              max_num_seqs: int = 256, max_num_tokens: int = 8192, policy: str = "mixed",
              prefix_cache_hit: float = 0.0, n_requests: int = 2000, warmup: int = 200,
-             cooldown: int | None = None, seed: int = 0) -> Result:
+             cooldown: int | None = None, seed: int = 0, ranks: int = 1,
+             balance: int = 0) -> Result:
     """Run the engine until every request has completed and measure the ``n_requests``
     that arrive after the first ``warmup`` (``cooldown`` more arrive after them: by
-    default 2 x concurrency + 50). Exactly one of ``concurrency`` and ``request_rate``."""
+    default 2 x concurrency x ranks + 50). Exactly one of ``concurrency`` and
+    ``request_rate``.
+
+    ``ranks`` > 1: attention data parallelism with the experts shared, as SGLang's
+    ``--enable-dp-attention`` and TensorRT-LLM's ``enable_attention_dp`` run it. Each rank
+    has its own clients (``concurrency`` each) or arrivals (``request_rate`` each, an
+    independent stream), its own queue, batch cap and token budget, and schedules its
+    own step; the ranks then run that step together (the experts' all-to-all), so the
+    step lasts as long as the slowest rank's. ``mean_running`` is per rank.
+
+    ``balance`` > 0 (with ranks > 1): TensorRT-LLM's context balancing
+    (``attention_dp_config.enable_balance``, ``timeout_iters`` = balance,
+    ``batching_wait_iters`` 0; ``PyExecutor._balance_adp_requests``): prompt work is
+    scheduled in a step where every rank has some, or where a counter of the steps
+    since the last release reaches ``balance``, or where some rank has nothing decoding;
+    otherwise the ranks decode only."""
     if (concurrency > 0) == (request_rate > 0.0):
         raise ValueError("exactly one of concurrency and request_rate")
     if policy not in ("mixed", "separate"):
         raise ValueError(f"unknown policy {policy!r}")
     if cooldown is None:
-        cooldown = 2 * concurrency + 50
+        cooldown = 2 * concurrency * ranks + 50
     rng = np.random.default_rng(seed)
     total = n_requests + warmup + cooldown
     ins = lengths(rng, input_len, input_len_cv, total)
@@ -116,91 +132,139 @@ def simulate(step_time: StepTime, *, input_len: float, output_len: float,
     admitted = np.full(total, math.nan)
     first = np.full(total, math.nan)
     finish = np.full(total, math.nan)
+    rank_of = np.zeros(total, int)
     prefilled = cached.copy()
     generated = np.zeros(total, int)
     pending: list[tuple[float, int]] = []  # heap of (time, request id) not yet arrived
     made = 0
 
-    def make(t: float) -> None:
+    def make(t: float, rank: int) -> None:
         nonlocal made
         if made < total:
             arrival[made] = t
+            rank_of[made] = rank
             heapq.heappush(pending, (t, made))
             made += 1
 
     if concurrency:
-        for _ in range(concurrency):
-            make(0.0)
+        for rank in range(ranks):
+            for _ in range(concurrency):
+                make(0.0, rank)
     else:
-        if arrival_cv <= 0.0:
-            gaps = np.full(total, 1.0 / request_rate)
-        else:
-            shape = 1.0 / arrival_cv ** 2
-            gaps = rng.gamma(shape, 1.0 / (request_rate * shape), total)
-        for t in np.cumsum(gaps):
-            make(float(t))
-    waiting: deque[int] = deque()
-    running: list[int] = []
-    now, steps, finished = 0.0, 0, 0
+        streams = []
+        for rank in range(ranks):
+            if arrival_cv <= 0.0:
+                gaps = np.full(total, 1.0 / request_rate)
+            else:
+                shape = 1.0 / arrival_cv ** 2
+                gaps = rng.gamma(shape, 1.0 / (request_rate * shape), total)
+            streams += [(float(t), rank) for t in np.cumsum(gaps)]
+        for t, rank in sorted(streams)[:total]:
+            make(t, rank)
+    waiting: list[deque[int]] = [deque() for _ in range(ranks)]
+    running: list[list[int]] = [[] for _ in range(ranks)]
+    now, steps, finished, counter = 0.0, 0, 0, 0
     log: list[tuple[float, float, int, int, bool]] = []  # start, end, steps, running, prompt
 
-    def retire(done: list[int]) -> None:
-        nonlocal finished, running
-        for r in done:
-            finish[r] = now
-            finished += 1
-            if concurrency:
-                make(now)
-        running = [r for r in running if np.isnan(finish[r])]
+    def retire() -> None:
+        nonlocal finished
+        for k in range(ranks):
+            for r in running[k]:
+                if generated[r] >= outs[r]:
+                    finish[r] = now
+                    finished += 1
+                    if concurrency:
+                        make(now, k)
+            running[k] = [r for r in running[k] if np.isnan(finish[r])]
 
     while finished < total:
         while pending and pending[0][0] <= now:
-            waiting.append(heapq.heappop(pending)[1])
-        if not running and not waiting:
+            r = heapq.heappop(pending)[1]
+            waiting[rank_of[r]].append(r)
+        if not any(running) and not any(waiting):
             now = pending[0][0]  # idle until the next arrival
             continue
-        while waiting and len(running) < max_num_seqs:
-            running.append(waiting.popleft())
-        prompts = [r for r in running if prefilled[r] < ins[r]]
-        if not prompts:  # decode-only: the same step until a finish or an admission
-            dt = step_time(len(running), [])
-            left = min(outs[r] - generated[r] for r in running)
-            k = left
-            if pending and len(running) < max_num_seqs:
-                k = min(k, max(1, math.ceil((pending[0][0] - now) / dt)))
-            log.append((now, now + k * dt, k, len(running), False))
-            now += k * dt
-            steps += k
-            for r in running:
-                generated[r] += k
-            retire([r for r in running if generated[r] >= outs[r]])
+        for k in range(ranks):
+            while waiting[k] and len(running[k]) < max_num_seqs:
+                running[k].append(waiting[k].popleft())
+        prompts = [[r for r in running[k] if prefilled[r] < ins[r]] for k in range(ranks)]
+        in_flight = sum(len(rs) for rs in running)
+        held = False
+        if balance and ranks > 1:
+            if any(prompts) and all(prompts):
+                counter = 0
+            else:
+                counter += 1
+                gen = all(any(prefilled[r] == ins[r] for r in rs) for rs in running)
+                if counter >= balance or not gen:
+                    counter = 0
+                elif any(prompts):
+                    held = True  # the prompts wait: this step decodes only
+        if held:
+            dt = max(step_time(len([r for r in rs if prefilled[r] == ins[r]]), [])
+                     for rs in running if rs)
+            log.append((now, now + dt, 1, in_flight, False))
+            now += dt
+            steps += 1
+            for rs in running:
+                for r in rs:
+                    if prefilled[r] == ins[r]:
+                        generated[r] += 1
+            retire()
             continue
-        decoding = [] if policy == "separate" else [r for r in running if prefilled[r] == ins[r]]
-        budget = max_num_tokens - len(decoding)
-        chunks: list[tuple[int, int]] = []
-        for r in prompts:
-            if budget <= 0:
-                break
-            take = min(ins[r] - prefilled[r], budget)
-            chunks.append((r, take))
-            budget -= take
-        if not decoding and not chunks:
-            raise RuntimeError("max_num_tokens admits no work")
-        dt = step_time(len(decoding), [(take, int(prefilled[r])) for r, take in chunks])
-        for r, _ in chunks:
-            if np.isnan(admitted[r]):
-                admitted[r] = now
-        log.append((now, now + dt, 1, len(running), bool(chunks)))
+        if not any(prompts):  # decode-only: the same step until a finish or an admission
+            dt = max(step_time(len(rs), []) for rs in running if rs)
+            left = min(outs[r] - generated[r] for rs in running for r in rs)
+            n = left
+            if pending and len(running[rank_of[pending[0][1]]]) < max_num_seqs:
+                n = min(n, max(1, math.ceil((pending[0][0] - now) / dt)))
+            if balance and ranks > 1:  # the counter, stepped once above, wraps every balance
+                counter = (counter + n - 1) % balance
+            log.append((now, now + n * dt, n, in_flight, False))
+            now += n * dt
+            steps += n
+            for rs in running:
+                for r in rs:
+                    generated[r] += n
+            retire()
+            continue
+        dt, work = 0.0, []
+        for k in range(ranks):
+            if not running[k]:
+                continue
+            decoding = ([] if policy == "separate" or not prompts[k] else
+                        [r for r in running[k] if prefilled[r] == ins[r]])
+            if not prompts[k]:
+                decoding = list(running[k])
+            budget = max_num_tokens - len(decoding)
+            chunks: list[tuple[int, int]] = []
+            for r in prompts[k]:
+                if budget <= 0:
+                    break
+                take = min(ins[r] - prefilled[r], budget)
+                chunks.append((r, take))
+                budget -= take
+            if not decoding and not chunks:
+                raise RuntimeError("max_num_tokens admits no work")
+            dt = max(dt, step_time(len(decoding), [(take, int(prefilled[r]))
+                                                   for r, take in chunks]))
+            work.append((decoding, chunks))
+        for _, chunks in work:
+            for r, _ in chunks:
+                if np.isnan(admitted[r]):
+                    admitted[r] = now
+        log.append((now, now + dt, 1, in_flight, True))
         now += dt
         steps += 1
-        for r in decoding:
-            generated[r] += 1
-        for r, take in chunks:
-            prefilled[r] += take
-            if prefilled[r] == ins[r]:
-                generated[r] = 1
-                first[r] = now
-        retire([r for r in running if generated[r] >= outs[r]])
+        for decoding, chunks in work:
+            for r in decoding:
+                generated[r] += 1
+            for r, take in chunks:
+                prefilled[r] += take
+                if prefilled[r] == ins[r]:
+                    generated[r] = 1
+                    first[r] = now
+        retire()
     order = np.lexsort((np.arange(total), arrival))
     kept = order[warmup:warmup + n_requests]
     start, end = arrival[kept[0]], arrival[kept[-1]]
@@ -212,7 +276,7 @@ def simulate(step_time: StepTime, *, input_len: float, output_len: float,
     for t0, t1, k, n, prompt in log:
         overlap = min(t1, end) - max(t0, start)
         if overlap > 0.0:
-            weighted += overlap * n
+            weighted += overlap * n / ranks
             share = overlap / (t1 - t0)
             count += k * share
             mixed += prompt * k * share

@@ -174,3 +174,36 @@ def test_speculative_decoding_and_redundant_experts_reach_the_launch_files(fmt, 
                                                 "num_nextn_predict_layers": 2}
         assert "speculative_config" not in yaml.safe_load(files["prefill.yml"])
         assert _keys(decode) <= TRTLLM_KEYS
+
+
+def test_trtllm_attention_dp_writes_the_context_balancing_the_model_assumes(tmp_path):
+    """An aggregated DeepSeek-V3 worker on 8 attention-DP ranks with its experts over them
+    (TensorRT-LLM): agg.yml turns attention DP on with the context balancing of NVIDIA's
+    DeepSeek-R1 recipes (enable_balance, batching_wait_iters 0, timeout_iters 60), which
+    the `trtllm` framework's load model assumes (dse.catalogue.frameworks); a worker
+    without expert parallelism has no balancing to write."""
+    agg = """[study]
+name = "adp"
+[axes]
+model = "deepseek-v3"
+hardware = "h200"
+framework = "trtllm"
+weight_bits = 8
+tp = 1
+dp = 8
+ep = 8
+input_len = 4000
+output_len = 1000
+concurrency = 64
+"""
+    files = {p.name: p.read_text() for p in emit(_result(agg, {"tpot_s": 0.02}), "trtllm",
+                                                   tmp_path / "ep")}
+    options = yaml.safe_load(files["agg.yml"])
+    assert options["enable_attention_dp"]
+    assert options["attention_dp_config"] == {"enable_balance": True, "batching_wait_iters": 0,
+                                              "timeout_iters": 60}
+    assert _keys(options) <= TRTLLM_KEYS
+    files = {p.name: p.read_text() for p in emit(_result(agg.replace("ep = 8", "ep = 1"),
+                                                         {"tpot_s": 0.02}), "trtllm",
+                                                 tmp_path / "no-ep")}
+    assert "attention_dp_config" not in yaml.safe_load(files["agg.yml"])
