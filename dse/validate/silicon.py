@@ -31,12 +31,29 @@ What is read, field by field (upstream column -> dse column):
   them empty (dse says so rather than guessing).
 - ``silicon_concurrency`` (in the provenance string) -> ``concurrency``: the benchmark
   client's concurrent requests; where it is missing, an aggregated row's batch x dp.
+
+What is checked across rows:
+
+- **The same measurement, listed twice.** The file repeats runs across its source
+  files: rows that share their system, architecture (DeepSeek-V3 and -R1 are one),
+  backend, quantization, lengths, concurrency and measured TTFT and TPOT to every
+  digit. The notes name the twin. Twins often disagree on the layout (the 2026 files
+  write an attention-DP worker as tp 4, dp 1 where the older rows write tp 1, dp 4,
+  the same world size), so neither lends the other its fields: each is read as it
+  states itself, and a disaggregated run without worker counts stays unmodelled.
+- **An id that contradicts its fields.** The ids of the 2026 source files name the
+  worker (``..._tp8_ep8_941``: the engines' tensor-parallel world size, attention-DP
+  ranks included, 8). An aggregated row whose fields put tp x attention-DP x pp at
+  another count (234 rows of the 2026-04-06 file: 64 devices for a ``tp8`` id, the
+  same TTFT and TPOT as the 2026-03-25 row that states 8) is marked a source anomaly
+  (``ANOMALY:`` in its notes): reported, not scored or fitted.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import re
 import sys
 from pathlib import Path
@@ -98,8 +115,67 @@ def _precision(gemm: str, moe: str) -> tuple[str, str]:
     return f"{text}, bf16 kv", ""
 
 
-def convert_row(row: dict, version: str) -> list[dict]:
-    """The two measured rows (ttft_ms, tpot_ms) of one upstream run."""
+_ID_LAYOUT = re.compile(r"_tp(\d+)(?:_\d+)?_ep\d*(?:_\d+)?_\d+$")
+
+
+# the card fields that make two checkpoints one architecture to the cost model
+ARCHITECTURE = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
+                "d_ff_expert", "n_experts", "top_k", "n_shared_experts", "n_dense_layers",
+                "vocab_size", "kv_lora_rank", "q_lora_rank", "linear_layers")
+
+
+@functools.lru_cache(maxsize=None)
+def _architecture(model_path: str):
+    """The model's architecture (its catalogue card's :data:`ARCHITECTURE` fields), so
+    that the same run filed under DeepSeek-V3 and under DeepSeek-R1 is one measurement;
+    the path itself for a model the catalogue does not know."""
+    from ..catalogue.lookup import load_model, resolve_name
+    name = resolve_name("models", model_path.strip())
+    if name is None:
+        return model_path
+    fields = load_model(name).fields
+    return tuple(fields.get(k) for k in ARCHITECTURE)
+
+
+def _measurement(row: dict) -> tuple:
+    conc = re.search(r"silicon_concurrency=(\d+)", row["silicon_data_source"])
+    return (row["system"], _architecture(row["model_path"]), row["backend"], row["mode"],
+            row["isl"], row["gemm_quant_mode"], row["moe_quant_mode"],
+            row["osl"], conc.group(1) if conc else "", row["silicon_ttft_ms"],
+            row["silicon_tpot_ms"])
+
+
+def with_twins(runs: list[dict]) -> list[tuple[dict, list[str]]]:
+    """Each run with the notes its twins (the same measurement listed again) call for:
+    the first twin's id, and an ``ANOMALY:`` note where an aggregated run's id
+    contradicts its layout (see the module's docstring)."""
+    twins: dict[tuple, list[dict]] = {}
+    for run in runs:
+        twins.setdefault(_measurement(run), []).append(run)
+    out = []
+    for run in runs:
+        notes = []
+        others = [t["id"] for t in twins[_measurement(run)] if t is not run]
+        if others:
+            notes.append(f"the same measurement as upstream row {others[0]}"
+                         + (f" and {len(others) - 1} more" if len(others) > 1 else "")
+                         + " (system, architecture, quantization, lengths, concurrency, TTFT "
+                         "and TPOT alike)")
+        if run["mode"].strip().lower() == "agg":
+            named = _ID_LAYOUT.search(run["id"])
+            world = ((_int(run["tp_size"]) or 1) * (_int(run["attention_dp_size"]) or 1)
+                     * (_int(run["pp_size"]) or 1))
+            if named and int(named.group(1)) != world:
+                notes.append(f"ANOMALY: the id names a tp{named.group(1)} worker, the fields "
+                             f"one of {world} devices (tp {run['tp_size']} x attention-DP "
+                             f"{run['attention_dp_size']} x pp {run['pp_size'] or 1})")
+        out.append((run, notes))
+    return out
+
+
+def convert_row(row: dict, version: str, lent: tuple[str, ...] = ()) -> list[dict]:
+    """The two measured rows (ttft_ms, tpot_ms) of one upstream run (``lent``: what its
+    twins say of it, as notes)."""
     provenance = row["silicon_data_source"]
     conc = re.search(r"silicon_concurrency=(\d+)", provenance)
     precision, said = _precision(row.get("gemm_quant_mode", ""), row.get("moe_quant_mode", ""))
@@ -117,6 +193,7 @@ def convert_row(row: dict, version: str) -> list[dict]:
              "(16-bit) taken"]
     if said:
         notes.append(said)
+    notes += lent
     if mode == "agg":
         tp, dp = _int(row["tp_size"]) or 1, _int(row["attention_dp_size"]) or 1
         batch = _int(row["batch_size"])
@@ -165,9 +242,9 @@ def convert(src, dst, version: str) -> int:
     with atomic_path(dst) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, FIELDS, lineterminator="\n")
         writer.writeheader()
-        for run in runs:
+        for run, lent in with_twins(runs):
             try:
-                writer.writerows(convert_row(run, version))
+                writer.writerows(convert_row(run, version, tuple(lent)))
             except ValueError as e:  # a mode or value a newer release added
                 raise InputError(str(src), f"row {run['id']}", str(e),
                                  "the modes of dse.validate.silicon: " + ", ".join(QUANT)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from statistics import NormalDist
 
 import jax
 import numpy as np
@@ -206,6 +207,7 @@ class Validation:
     reasons: np.ndarray  # infeasibility flags of each row's point (0: feasible)
     calibration: str
     data: str
+    residual_log_sd: float = float("nan")  # the calibration's (what --bands widens by)
 
     @property
     def measured(self) -> np.ndarray:
@@ -237,6 +239,48 @@ class Validation:
                                          p90_ape=float(big if big < 1e300 else np.inf),
                                          within_10=float(np.mean(e <= 10.0)),
                                          within_25=float(np.mean(e <= 25.0)))
+        return out
+
+    def coverage(self, level: float = 0.9) -> dict:
+        """How often held-out rows fall inside a ``level`` prediction interval, by the
+        rows' :func:`group` (mean serving latencies by metric) and leave-one-out method: {group: {method: {n, fixed,
+        nested}}}, flagged rows excluded.
+
+        - ``fixed``: the interval pred x exp(+-z sigma), sigma the calibration's residual
+          log-SD (the model error ``dse sweep --bands`` adds to the parameter draws);
+        - ``nested``: for each held-out group (a model, a device, a source, a framework),
+          the interval between the (1 - level) / 2 and (1 + level) / 2 quantiles of the
+          other groups' held-out log errors (split conformal over groups): an interval
+          built without the group it is judged on.
+
+        A method without held-out predictions (no ``--holdout``) is left out."""
+        # serving latency: TTFT and TPOT apart (the fitted frontend reaches TTFT only)
+        kinds = np.asarray([group(c) + (f" {c.metric}" if group(c) == "serving_latency"
+                                        else "") for c in self.cases])
+        z = NormalDist().inv_cdf(0.5 + level / 2.0)
+        out = {}
+        for method, pred in self.predictions.items():
+            key = FOLD_KEYS.get(method)
+            if key is None:
+                continue
+            folds = np.asarray([key(c) for c in self.cases])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                err = np.log(self.measured / pred)
+            for kind in dict.fromkeys(kinds):
+                sel = (kinds == kind) & ~self.flagged & np.isfinite(err)
+                if sel.sum() < 2:
+                    continue
+                e, f = err[sel], folds[sel]
+                fixed = float(np.mean(np.abs(e) <= z * self.residual_log_sd))
+                inside = np.zeros(e.size, bool)
+                for name in np.unique(f):
+                    held, rest = f == name, e[f != name]
+                    if rest.size < 2:
+                        continue
+                    lo, hi = np.quantile(rest, [(1.0 - level) / 2.0, (1.0 + level) / 2.0])
+                    inside[held] = (e[held] >= lo) & (e[held] <= hi)
+                out.setdefault(kind, {})[method] = dict(n=int(sel.sum()), fixed=fixed,
+                                                        nested=float(inside.mean()))
         return out
 
     def worst(self, n: int = 10, method: str = "calibrated") -> list[dict]:
@@ -295,6 +339,7 @@ class Validation:
     def to_json(self) -> dict:
         return dict(data=self.data, calibration=self.calibration, rows=len(self.cases),
                     statuses=self.statuses(), stats=self.stats(), worst=self.worst(),
+                    residual_log_sd=self.residual_log_sd, coverage_90=self.coverage(),
                     flagged=[self._row(i, "calibrated") for i in np.flatnonzero(self.flagged)],
                     assumed={c.id: c.assumed for c in self.cases if c.assumed},
                     skipped=[dataclasses.asdict(s) for s in self.skips])
@@ -313,6 +358,15 @@ class Validation:
                 lines.append(f"{kind:<22} {method:<24} {s['n']:>4} {s['median_ape']:>10.1f}% "
                              f"{s['p90_ape']:>8.1f}% {s['within_10']:>6.0%} "
                              f"{s['within_25']:>6.0%}")
+        cover = self.coverage()
+        if cover:
+            lines += ["", f"coverage of the 90% prediction interval by held-out rows (fixed: "
+                      f"x exp(+-1.645 x {self.residual_log_sd:.3f}), the calibration's residual "
+                      "log-SD; nested: the other groups' held-out errors)"]
+            for kind, methods in cover.items():
+                for method, c in methods.items():
+                    lines.append(f"{kind:<30} {method:<24} {c['n']:>4} fixed {c['fixed']:>4.0%} "
+                                 f"nested {c['nested']:>4.0%}")
         lines += ["", f"worst {n_worst} rows (calibrated):"]
         for r in self.worst(n_worst):
             lines.append(f"  {r['id']:<52} {r['hardware']:<14} measured {r['measured']:>10.4g} "
@@ -405,6 +459,8 @@ def holdout_predictions(prob: Problem, steps: int = F.STEPS,
 # Serving rows' folds: their frontend is refitted without the held-out group.
 SERVING_FOLDS = dict({k: v for k, v in HOLDOUTS.items() if k != "source"},
                      framework=("leave_one_framework_out", lambda c: c.framework))
+# each leave-one-out method's group key
+FOLD_KEYS = {method: key for method, key in (*HOLDOUTS.values(), *SERVING_FOLDS.values())}
 
 
 def frontend_holdout(prob: Problem, calibrated: np.ndarray, cal: C.Calibration,
@@ -487,7 +543,7 @@ def validate(data, calibration=None, holdout: bool = False, steps: int = F.STEPS
                 full = predictions.setdefault(method, np.full(prob.size, np.nan))
                 full[~fitted] = pred[~fitted]
     return Validation(list(prob.cases), skips, predictions, np.asarray(reasons), cal.file,
-                      str(data))
+                      str(data), float(cal.info.get("residual_log_sd", float("nan"))))
 
 
 def dumps_json(v: Validation) -> str:

@@ -166,3 +166,35 @@ def test_an_unknown_system_is_kept_and_scored_as_unknown_hardware(tmp_path):
     skipped = [case(r) for r in rows]
     assert all(isinstance(s, Skip) and s.status == "unknown_hardware" for s in skipped)
     assert all("x9000_sxm" in s.reason for s in skipped)
+
+
+def test_twins_are_named_and_an_id_that_contradicts_its_fields_is_an_anomaly(tmp_path):
+    """The same DeepSeek-R1 run on 8 H200 as aiconfigurator-core 0.12.0 lists it twice
+    (rows 1242 of its 2026-03-25 file and 941 of its 2026-04-06 file: TTFT and TPOT
+    equal to every digit). The first states the worker its id names (``tp8_0_ep8_0``:
+    attention-DP 8 x tp 1 = 8 devices); the second names ``tp8_ep8`` but its fields put
+    64 devices in the worker (attention-DP 64): an ANOMALY, read and reported but not
+    scored. Each names the other as its twin."""
+    head = UPSTREAM.splitlines()[0]
+    same = ("trtllm,1.1.0rc2.post2,deepseek-ai/DeepSeek-R1,h200_sxm,fp8,agg,8192,1024,fp8,fp8,"
+            "{batch},1,1,{dp},{moe_tp},8,,,,,,,,,,,,,,,6421.963939832494,39.754702652637185")
+    src = tmp_path / "silicon_sample.csv"
+    src.write_text("\n".join([
+        head,
+        "2026_03_25_deepseek_r1_h200_sxm_trtllm_fp8_agg_8192x1024_c64_tp8_0_ep8_0_1242,"
+        "source_file=2026-03-25.csv; silicon_concurrency=64,"
+        + same.format(batch=8, dp=8, moe_tp=1),
+        "2026_04_06_deepseek_r1_h200_sxm_trtllm_fp8_agg_8192x1024_c64_tp8_ep8_941,"
+        "source_file=2026-04-06.csv; silicon_concurrency=64,"
+        + same.format(batch=1, dp=64, moe_tp=8)]) + "\n")
+    out = tmp_path / "measured_silicon.csv"
+    assert convert(src, out, "0.12.0") == 2
+    with out.open(newline="") as f:
+        good, _, bad, _ = list(csv.DictReader(f))
+    assert "the same measurement as upstream row 2026_04_06_deepseek_r1" in good["notes"]
+    assert "the same measurement as upstream row 2026_03_25_deepseek_r1" in bad["notes"]
+    assert "ANOMALY" not in good["notes"]
+    assert "ANOMALY: the id names a tp8 worker, the fields one of 64 devices" in bad["notes"]
+    first, second = case(good), case(bad)
+    assert isinstance(first, Case) and not first.flag
+    assert isinstance(second, Case) and second.flag.startswith("source anomaly: the id names")

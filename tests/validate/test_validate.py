@@ -295,3 +295,38 @@ def test_study_calibration_errors(tmp_path):
         parse_study(text.replace('"llama.cpp"', '"lmdeploy"'), "s.toml")
     with pytest.raises(InputError, match="study.calibration"):
         parse_study(text.replace(str(default_calibration()), "missing.toml"), "s.toml")
+
+
+def test_bands_carry_the_model_error_on_timed_metrics_only():
+    """With the model's error the 5-95% band of a time is at least the residual log-SD's
+    lognormal band, exp(+-1.645 sigma), around its median; memory (bytes: no timing
+    error) keeps the parameter draws' band."""
+    study = parse_study(DECODE_STUDY.format(cal=default_calibration()), "tg512.toml")
+    sigma = float(study.calibration.info["residual_log_sd"])
+    wide, narrow = bands(study, samples=32), bands(study, samples=32, model_error=False)
+    lo, mid, hi = (float(wide.tpot_s.sel(quantile=q)) for q in (0.05, 0.5, 0.95))
+    assert np.log(hi / mid) >= 1.645 * sigma * (1 - 1e-9)
+    assert np.log(mid / lo) >= 1.645 * sigma * (1 - 1e-9)
+    n_lo, n_hi = (float(narrow.tpot_s.sel(quantile=q)) for q in (0.05, 0.95))
+    assert np.log(n_hi / n_lo) < np.log(hi / lo)
+    np.testing.assert_array_equal(wide.memory_bytes.values, narrow.memory_bytes.values)
+
+
+def test_coverage_counts_held_out_rows_inside_the_interval_by_hand():
+    """Ten rows of five models, held-out log errors 0.1 x (-4..5): the fixed interval
+    exp(+-1.645 x 0.2) = +-0.329 holds |e| <= 0.329: the seven of -0.3..0.3. Nested: each model's pair is judged on the 5-95% quantiles of the other
+    eight errors; the two extreme models' rows fall outside (their errors lie beyond
+    the rest), the middle three inside: 6 of 10."""
+    from types import SimpleNamespace
+
+    from dse.validate.validation import Validation
+
+    errors = 0.1 * np.arange(-4, 6)
+    cases = [SimpleNamespace(kind="decode_throughput", metric="tokens_per_s", flag="",
+                             measured=1.0, model_name=f"m{i // 2}") for i in range(10)]
+    pred = np.exp(-errors)  # log(measured / predicted) = errors
+    v = Validation(cases, [], {"calibrated": pred, "leave_one_model_out": pred},
+                   np.zeros(10), "cal", "data", 0.2)
+    got = v.coverage()["decode_throughput"]["leave_one_model_out"]
+    assert got["n"] == 10 and got["fixed"] == pytest.approx(0.7)
+    assert got["nested"] == pytest.approx(0.6)
