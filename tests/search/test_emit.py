@@ -71,8 +71,8 @@ def test_disaggregated_deployment_in_every_format(fmt, tmp_path):
     files = {p.name: p.read_text() for p in paths}
     assert all(p.parent.name == "rank-1" for p in paths)
     readme = files.pop("README.md")
-    assert "| prefill | 2 | 8 | h200 | 8 | 1 | 1 | 8 |" in readme
-    assert "| decode | 1 | 8 | h200 | 1 | 1 | 8 | 8 |" in readme
+    assert "| prefill | 2 | 8 | 1 | h200 | 8 | 1 | 1 | 8 |" in readme
+    assert "| decode | 1 | 8 | 1 | h200 | 1 | 1 | 8 | 8 |" in readme
     assert "| TTFT, mean | 250 ms |" in readme and "| devices | 24  |" in readme
     commands = [line for line in files.get("launch.sh", "").splitlines()
                 if line and not line.startswith("#")]
@@ -207,3 +207,84 @@ concurrency = 64
                                                          {"tpot_s": 0.02}), "trtllm",
                                                  tmp_path / "no-ep")}
     assert "attention_dp_config" not in yaml.safe_load(files["agg.yml"])
+
+
+BIG = """[study]
+name = "four-nodes"
+[axes]
+model = "deepseek-v3"
+hardware = "h200"
+framework = "vllm"
+weight_bits = 8
+tp = 8
+dp = 4
+ep = 32
+max_num_seqs = 64
+input_len = 4000
+output_len = 1000
+output_len_cv = 0.5
+concurrency = 256
+"""
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_four_node_worker_is_launched_the_engines_own_way(fmt, tmp_path):
+    """A 32-GPU DeepSeek-V3 worker on H200 (8 per node: tp 8 x attention-DP 4, experts
+    over 32) at 256 clients: 4 nodes. vLLM spreads its 4 DP ranks one per node (node 0
+    with the DP address, the others --headless from start rank 1, 2, 3: its data-parallel
+    deployment docs); SGLang runs the same command on each node with --nnodes 4 and
+    --node-rank 0-3; TensorRT-LLM runs under srun, 4 nodes of 8 tasks; Dynamo's worker
+    asks for 8 GPUs on each of multinode.nodeCount 4. Every file names the batch cap
+    (64 per rank) and parses, every flag is in the sourced table, and bench.sh runs the
+    engine's benchmark client at 256 clients, ISL 4,000 and OSL 1,000 (cv 0.5)."""
+    files = {p.name: p.read_text() for p in emit(_result(BIG, {"tpot_s": 0.03}), fmt, tmp_path)}
+    launch = files.get("launch.sh", "")
+    lines = [x for x in launch.splitlines() + files["bench.sh"].splitlines()
+             if x and not x.startswith("#") and "=" not in x.split()[0]]
+    for line in lines:
+        assert set(_flags(line)) <= FLAGS[fmt], line
+    bench = files["bench.sh"].splitlines()[-1]
+    if fmt == "vllm":
+        serve = [x for x in lines if x.startswith("vllm serve")]
+        assert len(serve) == 4 and all("--max-num-seqs 64" in x for x in serve)
+        assert "--headless" not in serve[0] and "--data-parallel-address $HEAD_IP" in serve[0]
+        assert [x.split("--data-parallel-start-rank ")[1].split()[0] for x in serve[1:]] == [
+            "1", "2", "3"]
+        assert all("--data-parallel-size-local 1" in x for x in serve)
+        assert "--max-concurrency 256" in bench and "--random-input-len 4000" in bench
+        # uniform lengths in [L (1 - r), L (1 + r)] have cv r / sqrt 3: r = 0.866 for 0.5
+        assert "--random-range-ratio 0.866" in bench
+    if fmt == "sglang":
+        serve = [x for x in lines if "sglang.launch_server" in x]
+        assert [x.split("--node-rank ")[1].split()[0] for x in serve] == ["0", "1", "2", "3"]
+        assert all("--nnodes 4" in x and "--dist-init-addr $HEAD_IP:5000" in x
+                   and "--max-running-requests 256" in x for x in serve)
+        assert "--max-concurrency 256" in bench and "sglang.bench_serving" in bench
+    if fmt == "trtllm":
+        (serve,) = [x for x in lines if "trtllm-serve" in x]
+        assert serve.startswith("srun -N 4 --ntasks-per-node 8 --mpi pmix trtllm-llmapi-launch")
+        assert "--max_batch_size 64" in serve and "--tp_size 32" in serve
+        assert yaml.safe_load(files["agg.yml"])["enable_attention_dp"]
+    if fmt in ("trtllm", "dynamo"):
+        assert bench.startswith("genai-perf profile") and "--concurrency 256" in bench
+        assert "--output-tokens-mean 1000 --output-tokens-stddev 500" in bench
+    if fmt == "dynamo":
+        worker = yaml.safe_load(files["deployment.yaml"])["spec"]["services"]["VllmWorker"]
+        assert worker["multinode"] == {"nodeCount": 4}
+        assert worker["resources"]["limits"]["gpu"] == "8"
+        assert "--max-num-seqs" in worker["extraPodSpec"]["mainContainer"]["args"]
+        manifest = yaml.safe_load(files["deployment.yaml"])
+        assert _keys(manifest) - set(manifest["spec"]["services"]) <= DYNAMO_KEYS
+    assert "nodes each" in files["README.md"] and "HEAD_IP" in files["README.md"]
+
+
+def test_a_worker_of_one_node_has_no_multi_node_launch(tmp_path):
+    """The disaggregated DeepSeek-V3 above: every worker fits its 8-GPU node, so no line
+    names a head address, Ray, srun or nodes; the benchmark runs against the router."""
+    for fmt in FORMATS:
+        files = {p.name: p.read_text() for p in emit(_result(DISAGG, {"tpot_s": 0.01}), fmt,
+                                                       tmp_path / fmt)}
+        text = files.get("launch.sh", "") + files.get("deployment.yaml", "")
+        assert not any(w in text for w in ("HEAD_IP", "ray start", "srun", "--nnodes",
+                                           "multinode"))
+        assert "8000" in files["bench.sh"] and "--request-rate 8" in files["bench.sh"]
