@@ -6,8 +6,9 @@ draws calibrations from it and evaluates the whole grid once per draw, the draws
 ``jax.vmap`` axis over the hardware table's calibration leaves, and reports quantiles
 of every metric: ``dims = ("quantile", *study axes)``. Times and the rates, energies
 and costs that follow from them also carry the model's error, the fit's residual
-log-SD sigma (``residual_log_sd`` in the calibration file): a lognormal whose log
-variance is the draws' plus sigma^2. The parameter draws alone are far narrower than
+log-SD sigma (``residual_log_sd`` in the calibration file; TTFTs their own,
+``ttft_residual_log_sd``, where the calibration was fitted with serving rows): a
+lognormal whose log variance is the draws' plus sigma^2. The parameter draws alone are far narrower than
 the model's misses on data the fit never saw; how often these bands hold held-out rows
 is in ``dse validate --holdout`` (docs/validation.md).
 """
@@ -82,24 +83,28 @@ def bands(study: Study | str | Path, samples: int = 64, quantiles=(0.05, 0.5, 0.
                                in_axes=(axes,)))(hardware)
     dims = ("quantile",) + tuple(a.name for a in study.dims)
     q = np.asarray(quantiles, np.float64)
-    sigma = float(study.calibration.info.get("residual_log_sd", 0.0)) if model_error else 0.0
+    info = study.calibration.info
+    sigma = float(info.get("residual_log_sd", 0.0)) if model_error else 0.0
+    # TTFT's own scale where the calibration fitted one (dse calibrate with serving rows)
+    sigma_ttft = float(info.get("ttft_residual_log_sd", sigma)) if model_error else 0.0
     z = np.asarray([NormalDist().inv_cdf(v) for v in np.clip(q, 1e-12, 1.0 - 1e-12)])
     z = z.reshape((-1,) + (1,) * len(study.shape))
     data = {}
     for name in names:
         draws = np.asarray(out[name], np.float64)
         values = np.quantile(draws, q, axis=0)
-        info = OUTPUTS[study.mode][name]
+        meta = OUTPUTS[study.mode][name]
         comment = f"quantiles over {samples} draws of the calibration"
-        if sigma > 0.0 and info.units in TIMED_UNITS:
+        sd = sigma_ttft if name.startswith("ttft") else sigma
+        if sd > 0.0 and meta.units in TIMED_UNITS:
             positive = np.all(np.isfinite(draws) & (draws > 0.0), axis=0)
             logs = np.log(np.where(positive, draws, 1.0))
-            wide = np.exp(logs.mean(0) + z * np.sqrt(logs.var(0) + sigma ** 2))
+            wide = np.exp(logs.mean(0) + z * np.sqrt(logs.var(0) + sd ** 2))
             values = np.where(positive, wide, values)
-            comment += f" and the model's error (residual log-SD {sigma:.3f})"
+            comment += f" and the model's error (residual log-SD {sd:.3f})"
         values = np.broadcast_to(values, (len(q),) + study.shape)
         data[name] = xr.Variable(dims, values.astype(dtype), {
-            "units": info.units, "long_name": info.long_name, "comment": comment})
+            "units": meta.units, "long_name": meta.long_name, "comment": comment})
     ds = xr.Dataset(data, coords=dict(coords(study), quantile=("quantile", q)),
                     attrs=dict(provenance(study), bands_samples=samples, bands_seed=seed))
     return ds

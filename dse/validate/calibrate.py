@@ -12,6 +12,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+from statistics import NormalDist
 
 from ..catalogue import calibration as C, kernels
 from ..catalogue.frameworks import fit_of
@@ -84,12 +85,19 @@ def fit_frontend(cal: C.Calibration, cases) -> tuple[C.Calibration, dict]:
     scored, engine, measured = engine_ttft_s(cal, ttft)
     fits = np.asarray([fit_of(c.framework, cal.frameworks) for c in scored])
     values, variances, info = {}, {}, {}
+    residuals = []
     for fw in dict.fromkeys(fits):
         sel = fits == fw
         f = frontend.fit_offset(engine[sel], measured[sel])
         resid = np.log((engine[sel] + f) / measured[sel])
+        residuals.append(resid)
         values[fw] = f
         # the variance of a median of n log residuals (normal approximation)
         variances[fw] = float(np.pi / 2.0 * np.var(resid) / sel.sum())
         info[f"frontend_rows_{fw}"] = int(sel.sum())
+    # TTFT's own error scale for --bands: the sigma whose +-1.645 sigma holds 90% of the
+    # fitted TTFT rows' log errors (a frontend per framework is all that is fitted on
+    # them; heavy tails make the RMS no guide to a 90% band)
+    info["ttft_residual_log_sd"] = float(np.quantile(np.abs(np.concatenate(residuals)), 0.9)
+                                         / NormalDist().inv_cdf(0.95))
     return frontend.set_frontend(cal, values, variances), info

@@ -187,6 +187,11 @@ def _ape(pred, measured):
     return np.where(np.isfinite(e), e, np.inf)
 
 
+def _finite(v: float) -> float | None:
+    """JSON has no NaN: None for a scale the calibration does not have."""
+    return float(v) if np.isfinite(v) else None
+
+
 def group(c: Case) -> str:
     """The row's group in the error tables: its kind, serving latency split into means,
     percentiles (tails) and throughputs, which answer different questions."""
@@ -208,6 +213,7 @@ class Validation:
     calibration: str
     data: str
     residual_log_sd: float = float("nan")  # the calibration's (what --bands widens by)
+    ttft_log_sd: float = float("nan")  # its TTFT scale (nan: residual_log_sd)
 
     @property
     def measured(self) -> np.ndarray:
@@ -247,7 +253,8 @@ class Validation:
         nested}}}, flagged rows excluded.
 
         - ``fixed``: the interval pred x exp(+-z sigma), sigma the calibration's residual
-          log-SD (the model error ``dse sweep --bands`` adds to the parameter draws);
+          log-SD, its TTFT scale for mean TTFTs (the model error ``dse sweep --bands``
+          adds to the parameter draws);
         - ``nested``: for each held-out group (a model, a device, a source, a framework),
           the interval between the (1 - level) / 2 and (1 + level) / 2 quantiles of the
           other groups' held-out log errors (split conformal over groups): an interval
@@ -271,7 +278,9 @@ class Validation:
                 if sel.sum() < 2:
                     continue
                 e, f = err[sel], folds[sel]
-                fixed = float(np.mean(np.abs(e) <= z * self.residual_log_sd))
+                sd = (self.ttft_log_sd if kind.endswith("ttft_ms")
+                      and np.isfinite(self.ttft_log_sd) else self.residual_log_sd)
+                fixed = float(np.mean(np.abs(e) <= z * sd))
                 inside = np.zeros(e.size, bool)
                 for name in np.unique(f):
                     held, rest = f == name, e[f != name]
@@ -339,7 +348,9 @@ class Validation:
     def to_json(self) -> dict:
         return dict(data=self.data, calibration=self.calibration, rows=len(self.cases),
                     statuses=self.statuses(), stats=self.stats(), worst=self.worst(),
-                    residual_log_sd=self.residual_log_sd, coverage_90=self.coverage(),
+                    residual_log_sd=_finite(self.residual_log_sd),
+                    ttft_log_sd=_finite(self.ttft_log_sd),
+                    coverage_90=self.coverage(),
                     flagged=[self._row(i, "calibrated") for i in np.flatnonzero(self.flagged)],
                     assumed={c.id: c.assumed for c in self.cases if c.assumed},
                     skipped=[dataclasses.asdict(s) for s in self.skips])
@@ -360,9 +371,10 @@ class Validation:
                              f"{s['within_25']:>6.0%}")
         cover = self.coverage()
         if cover:
+            ttft = (f"; TTFT {self.ttft_log_sd:.3f}" if np.isfinite(self.ttft_log_sd) else "")
             lines += ["", f"coverage of the 90% prediction interval by held-out rows (fixed: "
-                      f"x exp(+-1.645 x {self.residual_log_sd:.3f}), the calibration's residual "
-                      "log-SD; nested: the other groups' held-out errors)"]
+                      f"x exp(+-1.645 x {self.residual_log_sd:.3f}{ttft}), the calibration's "
+                      "residual log-SD; nested: the other groups' held-out errors)"]
             for kind, methods in cover.items():
                 for method, c in methods.items():
                     lines.append(f"{kind:<30} {method:<24} {c['n']:>4} fixed {c['fixed']:>4.0%} "
@@ -543,7 +555,8 @@ def validate(data, calibration=None, holdout: bool = False, steps: int = F.STEPS
                 full = predictions.setdefault(method, np.full(prob.size, np.nan))
                 full[~fitted] = pred[~fitted]
     return Validation(list(prob.cases), skips, predictions, np.asarray(reasons), cal.file,
-                      str(data), float(cal.info.get("residual_log_sd", float("nan"))))
+                      str(data), float(cal.info.get("residual_log_sd", float("nan"))),
+                      float(cal.info.get("ttft_residual_log_sd", float("nan"))))
 
 
 def dumps_json(v: Validation) -> str:

@@ -330,3 +330,22 @@ def test_coverage_counts_held_out_rows_inside_the_interval_by_hand():
     got = v.coverage()["decode_throughput"]["leave_one_model_out"]
     assert got["n"] == 10 and got["fixed"] == pytest.approx(0.7)
     assert got["nested"] == pytest.approx(0.6)
+
+
+def test_mean_ttft_rows_are_judged_at_the_ttft_scale():
+    """Mean-TTFT rows take the calibration's TTFT scale (0.5 here: |e| <= 0.822 holds
+    errors of 0.8 and not 0.9), TPOT rows the static fit's (0.2: 0.329)."""
+    from types import SimpleNamespace
+
+    from dse.validate.validation import Validation
+
+    errors = np.array([0.3, 0.8, 0.9, 0.3, 0.8, 0.9])
+    cases = [SimpleNamespace(kind="serving_latency", metric=m, flag="", measured=1.0,
+                             model_name=f"m{i}") for i, m in enumerate(["ttft_ms"] * 3
+                                                                       + ["tpot_ms"] * 3)]
+    pred = np.exp(-errors)
+    v = Validation(cases, [], {"calibrated": pred, "leave_one_model_out": pred},
+                   np.zeros(6), "cal", "data", 0.2, 0.5)
+    cover = v.coverage()
+    assert cover["serving_latency ttft_ms"]["leave_one_model_out"]["fixed"] == pytest.approx(2 / 3)
+    assert cover["serving_latency tpot_ms"]["leave_one_model_out"]["fixed"] == pytest.approx(1 / 3)
