@@ -339,7 +339,8 @@ def _solve(step, nodes: _Nodes, load: Load, closed, iterations: int) -> _State:
     init_tau = step(1.0, 0.0, 0.0)
     # (the state takes every axis of the load and of the lengths: a spread of the prompt
     # lengths as a study axis of its own shaped the iteration's values, not its start)
-    zero = 0.0 * (load.rate + n_target + init_tau + nodes.mean_prompt + nodes.mean_decode)
+    zero = 0.0 * (load.rate + n_target + init_tau + nodes.mean_prompt + nodes.mean_decode
+                  + load.ranks + load.balance)
     # the bracket: no request is faster than its decode steps at batch 1; none slower
     # than its prompt and decode steps all at the longest step (every slot decoding, a
     # full budget of prompt), except past the prompt server's limit (below half of it)

@@ -50,7 +50,7 @@ def test_spec_classes_are_pytrees_when_jax_comes_later():
         print(len(leaves), float(leaves[0]), float(doubled),
               len(jax.tree_util.tree_leaves(InferencePoint())) > 0)
     """).split()
-    assert int(out[0]) == 26  # the HardwareSpec fields but gemm_surface (None: no leaf)
+    assert int(out[0]) == 27  # the HardwareSpec fields but gemm_surface (None: no leaf)
     assert float(out[1]) == 80 * 2**30  # H100 SXM: 80 GiB of HBM3
     assert float(out[2]) == 2 * 4096.0
     assert out[3] == "True"
