@@ -348,7 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "is a choice)")
     p.add_argument("--rate", type=float, required=True, help="requests per second to serve")
     p.add_argument("--constraint", action="append", metavar="EXPR", help='an objective such '
-                   'as "ttft_p99_s <= 2" (repeat; default: the study\'s [search] constraints)')
+                   'as "ttft_p99_s <= 2" (repeat; default: the study\'s [search] constraints, '
+                   "else its ttft_slo_s/tpot_slo_s as P99 bounds)")
     p.add_argument("--top", type=int, default=10, help="rows to print (default 10)")
     p.add_argument("-o", "--output", help="write the whole table as CSV")
     p.set_defaults(run=_cmd_plan)

@@ -11,6 +11,12 @@ deployment, cost per hour = devices x the catalogue price. Deployments are ranke
 cost (devices where a price is missing), and each is shown at its operating point: the
 requested rate spread over its replicas.
 
+The objectives are the ones given, else the study's ``[search]`` constraints, else its
+service-level objectives as percentiles: ``ttft_slo_s`` as ``ttft_p99_s <= slo`` and
+``tpot_slo_s`` as ``tpot_p99_s <= slo`` (MLPerf Inference's server scenario bounds the
+P99 of both). Without any, the plan says so: every deployment then runs up to its
+capacity, where latencies are unbounded.
+
     >>> plan = dse.plan("studies/serving-load.toml", rate=50.0)   # doctest: +SKIP
     >>> plan.table.head()                                           # doctest: +SKIP
 """
@@ -43,14 +49,40 @@ class Plan:
     considered: int  # deployments evaluated
     study: object
 
+    source: str = "given"  # where the objectives come from
+
     def summary(self, rows: int = 10) -> str:
         t = self.table
-        head = (f"{self.study.name}: {self.rate:g} requests/s at "
-                f"{', '.join(self.constraints) or 'no objectives'}: {len(t):,} of "
+        said = {"search": " (the study's [search] constraints)",
+                "slo": " (the study's SLOs, as P99s)"}.get(self.source, "")
+        objectives = (", ".join(self.constraints) + said if self.constraints else
+                      "no objectives (each deployment up to its capacity, latencies "
+                      "unbounded: give --constraint or the study's ttft_slo_s/tpot_slo_s)")
+        head = (f"{self.study.name}: {_number(self.rate)} requests/s at {objectives}: {len(t):,} of "
                 f"{self.considered:,} deployments can serve it")
         if not len(t):
             return head
-        return head + "\n" + t.head(rows).to_string(index=False)
+        return head + "\n" + t.head(rows).to_string(index=False, float_format=_number)
+
+
+def _number(v: float) -> str:
+    """A float for people: thousands grouped, four significant digits below 1,000."""
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
+def slo_constraints(study) -> list[str]:
+    """The study's service-level objectives as plan objectives (``ttft_slo_s`` ->
+    ``ttft_p99_s <= slo``, ``tpot_slo_s`` -> ``tpot_p99_s <= slo``), each where the study
+    fixes one value above 0."""
+    out = []
+    for key, metric in (("ttft_slo_s", "ttft_p99_s"), ("tpot_slo_s", "tpot_p99_s")):
+        try:
+            values = sorted({float(v) for v in study.values(key)})
+        except KeyError:  # a study of another mode
+            continue
+        if len(values) == 1 and values[0] > 0.0:
+            out.append(f"{metric} <= {values[0]:g}")
+    return out
 
 
 def plan(study, rate: float, constraints=None) -> Plan:
@@ -77,8 +109,12 @@ def plan(study, rate: float, constraints=None) -> Plan:
     if any(v > 0 for v in study.values("concurrency")):
         raise InputError(file, "axes.concurrency", "capacity planning sizes an open loop",
                          "request_rate (any value: dse plan sets it), no concurrency")
+    source = "given"
     if constraints is None:
         constraints = [str(c) for c in study.search.constraints] if study.search else []
+        source = "search"
+        if not constraints:
+            constraints, source = slo_constraints(study), "slo"
     parsed = parse_constraints(list(constraints), "--constraint", OUTPUTS["inference"],
                                "constraints")
     study = study.at(**{a.name: list(a.values) for a in study.dims
@@ -138,7 +174,8 @@ def plan(study, rate: float, constraints=None) -> Plan:
     table = table.sort_values(["usd_per_hour", "devices"], na_position="last")
     table["replicas"] = table["replicas"].astype(int)
     table["devices"] = table["devices"].astype(int)
-    return Plan(rate, tuple(str(c) for c in parsed), table.reset_index(drop=True), n, study)
+    return Plan(rate, tuple(str(c) for c in parsed), table.reset_index(drop=True), n, study,
+                source)
 
 
 def write_plan(result: Plan, path: str | Path) -> Path:

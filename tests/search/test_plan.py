@@ -78,3 +78,24 @@ def test_each_deployment_meets_the_objectives_up_to_its_rate_and_no_further(plan
     past = _evaluate(study, t, t.max_rate_per_replica_req_s + 0.002 * inside["capacity_req_s"])
     fails = ~past["valid"] | (past["ttft_p99_s"] > 2) | (past["tpot_p90_s"] > 0.05)
     assert np.all(fails)
+
+
+def test_the_studys_slos_are_the_default_objectives():
+    """serving-load states ttft_slo_s = 2 and tpot_slo_s = 0.05 and no [search]: without
+    --constraint the plan holds every deployment to P99 TTFT <= 2 s and P99 TPOT <= 50 ms
+    (MLPerf Inference's server-scenario bounds), says so, and prints its numbers for
+    people (no exponent notation)."""
+    p = dse.plan(STUDY, RATE)
+    assert p.constraints == ("ttft_p99_s <= 2", "tpot_p99_s <= 0.05")
+    assert len(p.table) > 0
+    assert (p.table["ttft_p99_s"] <= 2.0).all() and (p.table["tpot_p99_s"] <= 0.05).all()
+    text = p.summary()
+    assert "the study's SLOs, as P99s" in text and "e+0" not in text
+
+
+def test_a_study_without_objectives_says_its_latencies_are_unbounded():
+    study = load_study(STUDY).with_axes(ttft_slo_s=0.0, tpot_slo_s=0.0)
+    from dse.search.plan import slo_constraints
+
+    assert slo_constraints(study) == []
+    assert slo_constraints(load_study(STUDY)) == ["ttft_p99_s <= 2", "tpot_p99_s <= 0.05"]
