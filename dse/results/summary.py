@@ -30,22 +30,57 @@ RANKED_BY = {"inference": "throughput_per_device_tok_s",
              "training": "throughput_per_device_tok_s", "pipeline": "throughput_tok_s"}
 SHOWN = ("throughput_per_device_tok_s", "throughput_tok_s", "tokens_per_s_per_user", "ttft_s",
          "tpot_s", "step_s", "mfu", "memory_bytes", "n_devices")
-PERCENT = ("mfu", "hfu")
+PERCENT = ("mfu", "hfu", "slo_met")
 HEADERS = {"throughput_per_device_tok_s": "tok/s/device", "throughput_tok_s": "tok/s",
            "tokens_per_s_per_user": "tok/s/user", "memory_bytes": "memory/device",
-           "n_devices": "devices"}
+           "n_devices": "devices", "goodput_per_device_req_s": "goodput req/s/device",
+           "slo_met": "within SLOs"}
+SLO_KEYS = ("ttft_slo_s", "tpot_slo_s")
+MEETS = 0.99  # share of requests within the SLOs for a point to meet them (P99, as dse plan)
+
+
+def slos(ds: xr.Dataset) -> dict[str, float]:
+    """The study's service-level objectives (those above 0; the largest where an axis)."""
+    out = {}
+    for k in SLO_KEYS:
+        if k in ds.coords or k in ds:
+            v = float(np.nanmax(np.asarray(ds[k].values, np.float64)))
+            if v > 0.0:
+                out[k] = v
+    return out
+
+
+def slo_ranked(ds: xr.Dataset) -> xr.Dataset | None:
+    """``ds`` with goodput per device and the share of requests within the SLOs, where
+    the study states SLOs and has goodput (serving under load); else None."""
+    if not slos(ds) or not {"goodput_req_s", "n_devices", "request_throughput_req_s"} <= set(
+            ds.data_vars):
+        return None
+    served = ds["request_throughput_req_s"]
+    per_device = ds["goodput_req_s"] / ds["n_devices"]
+    met = (ds["goodput_req_s"] / served).where(served > 0.0)
+    # points whose requests meet the SLOs (MEETS of them) rank first, by goodput per
+    # device; the rest after them, in the same order
+    rank = per_device.where(met >= MEETS, per_device - 1e12)
+    return ds.assign(goodput_per_device_req_s=per_device, slo_met=met, slo_rank=rank)
 
 
 def best(ds: xr.Dataset, metric: str | None = None, k: int = 5, direction: str | None = None,
          constraints=()) -> list[dict]:
     """The ``k`` best feasible points by ``metric`` (default: throughput per device,
-    :data:`RANKED_BY`; :mod:`dse.results.select`): their axis values and key outputs."""
+    :data:`RANKED_BY`; for a serving study with SLOs, goodput per device at them, so a
+    point that misses them ranks by the requests that meet them; :mod:`dse.results.select`):
+    their axis values and key outputs."""
+    shown = SHOWN
+    if metric is None and (ranked := slo_ranked(ds)) is not None:
+        ds, metric, direction = ranked, "slo_rank", "maximize"
+        shown = ("goodput_per_device_req_s", "slo_met") + SHOWN
     metric = metric or RANKED_BY.get(str(ds.attrs.get("mode", "inference")))
     rows = []
     for index in best_points(ds, metric, direction, tuple(constraints), k):
         point = ds.isel(index)
         row = {d: point[d].item() for d in index}
-        for name in SHOWN:
+        for name in shown:
             if name in point:
                 row[name] = float(point[name])
         rows.append(row)
@@ -62,6 +97,8 @@ def format_value(key: str, value) -> str:
         return f"{value:,.1f}"
     if key.endswith("_tok_s"):
         return f"{value:,.0f}"
+    if key.endswith("_req_s"):
+        return f"{value:,.3g}"
     if key.endswith("_s"):
         return human_seconds(value)
     if isinstance(value, float):
@@ -118,8 +155,15 @@ def sweep_summary(ds: xr.Dataset, seconds: float) -> str:
                 lines.append(f"  {name:<20} {count:,}")
     rows = best(ds)
     if rows:
-        metric = RANKED_BY.get(str(ds.attrs.get("mode", "inference")))
-        lines.append(f"best feasible configurations by {metric}:")
+        objectives = slos(ds) if slo_ranked(ds) is not None else {}
+        if objectives:
+            said = ", ".join(f"{k} = {human_seconds(v)}" for k, v in objectives.items())
+            lines.append(f"best feasible configurations by goodput per device at the SLOs "
+                         f"({said}; 'within SLOs': the share of requests that meet them; "
+                         f"those under {MEETS:.0%} rank after the rest):")
+        else:
+            metric = RANKED_BY.get(str(ds.attrs.get("mode", "inference")))
+            lines.append(f"best feasible configurations by {metric}:")
         lines.append(table(rows))
     elif "valid" in ds:
         lines.append("no feasible configuration")
