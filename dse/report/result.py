@@ -61,6 +61,8 @@ class Result:
     def primary_metric(self) -> str:
         if self.kind == "reduced":
             return str(self.ds.attrs["reduction"]).split()[2]
+        if "slo_rank" in self.ds:  # a serving sweep with SLOs (dse.results.summary)
+            return "goodput_per_device_req_s"
         return PRIMARY_METRIC.get(self.mode, "throughput_tok_s")
 
     def full(self, name: str) -> xr.DataArray:
@@ -154,4 +156,17 @@ def open_result(result: str | Path | xr.Dataset) -> Result:
         raise InputError(file, None, "not a dse result (no study, trials or sensitivity "
                          "variables)", "a result written by dse sweep, dse search or "
                          "dse sensitivity")
+    if kind == "sweep":
+        # a serving study with SLOs: its best points are those with the most goodput per
+        # device at the SLOs (as the sweep's summary ranks them)
+        from ..results.summary import slo_ranked
+
+        ranked = slo_ranked(ds)
+        if ranked is not None:
+            ds = ranked
+            ds["goodput_per_device_req_s"].attrs.update(
+                units="requests/s", long_name="goodput per device at the SLOs")
+            ds["slo_met"].attrs.update(units="1", long_name="share of requests within the SLOs")
+            ds["slo_rank"].attrs.update(units="requests/s", long_name="goodput per device, "
+                                        "points under 99% within the SLOs last")
     return Result(ds, kind, file)

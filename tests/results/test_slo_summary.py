@@ -39,3 +39,19 @@ def test_without_slos_the_summary_ranks_by_throughput_per_device():
     grid = _grid(0.0).assign_coords(tpot_slo_s=0.0)
     assert [r["deployment"] for r in best(grid)] == ["A", "B", "C"]
     assert "by throughput_per_device_tok_s" in sweep_summary(grid, 1.0)
+
+
+def test_the_report_of_a_serving_sweep_with_slos_picks_its_best_by_goodput_per_device():
+    """The report's best point per facet follows the same goodput per device at the SLOs
+    (dse.report.result: a sweep with SLOs)."""
+    from dse.report.result import open_result
+
+    grid = _grid(2.0)
+    grid.attrs["study"] = "[study]\nname = 'slo'"
+    res = open_result(grid)
+    assert res.primary_metric == "goodput_per_device_req_s"
+    np.testing.assert_allclose(res.ds["goodput_per_device_req_s"].values, [1.1, 1.0, 0.75])
+    assert res.ds["goodput_per_device_req_s"].attrs["units"] == "requests/s"
+    plain = _grid(0.0).assign_coords(tpot_slo_s=0.0)
+    plain.attrs["study"] = "[study]\nname = 'slo'"
+    assert open_result(plain).primary_metric == "throughput_tok_s"  # PRIMARY_METRIC
