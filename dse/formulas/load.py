@@ -34,21 +34,20 @@ The model is a mean field over steps, solved as a fixed point a fixed number of 
   and the wait for a slot is M/G/S (Erlang C with the Allen-Cunneen factor).
 - **Attention-DP ranks** (``ranks`` = R > 1: data-parallel attention ranks whose MoE
   layers run as one expert-parallel group, SGLang ``--enable-dp-attention``, TensorRT-LLM
-  ``enable_attention_dp``, vLLM DP+EP): each rank runs its own share of the load, but a
-  step ends on every rank when the slowest rank's does, so a rank's decodes wait on the
-  prompt work of all R ranks. With each rank's steps carrying prompt work with
-  probability f, independently, a step of the group carries some with probability
-  f_R = 1 - (1 - f)^R: the step stream takes prompt work R times as often where prompts
-  are rare (f R << 1) and no more often where every step carries some (f -> 1). The
-  seconds a prompt token adds to the stream scale by f_R / f; a prompt step of the group
-  lasts as the rank's own (the slowest of several is not modelled). A decoding request
-  meets the prompt work of its rank's other requests and, with probability
-  1 - (1 - f)^(R - 1), another rank's prompt step: its rank decodes in it (SGLang runs a
-  decode batch beside another rank's prefill), at the prompt step's length.
+  ``enable_attention_dp``, vLLM DP+EP): each rank runs its own share of the load, but the
+  ranks run every step together, so a step lasts as the slowest rank's: the decode step
+  plus the largest of the R ranks' prompt-step excesses over it, each rank carrying prompt
+  work with probability f independently (the expected largest of R draws, exact over the
+  prompt buffer's quadrature nodes: :func:`dse.formulas.queueing.largest_moments`). Where
+  prompts are rare the stream meets prompt work R times as often; where every step
+  carries some, about as often but at the longest of R. A decoding request meets its
+  rank's other requests' prompt work and every other rank's (in another rank's prompt
+  step its own rank decodes: SGLang runs a decode batch beside another rank's prefill);
+  its own prompt step lasts at least the other ranks'.
   With context balancing (``balance`` = T > 0 steps: TensorRT-LLM's ``attention_dp_config``
   ``enable_balance``) a rank's prompts wait until every rank has one, or T steps after
-  the last release: prompt steps coincide on all ranks (the stream takes them as one
-  rank does) and a prompt waits half a release cycle, L / 2 steps, L = min(H_R / a, T)
+  the last release: prompt steps coincide on all ranks (each as long as the longest of
+  the R ranks' prompt steps) and a prompt waits half a release cycle, L / 2 steps, L = min(H_R / a, T)
   with a = lambda tbar the prompts a rank receives per step (H_R / a: the mean of the
   longest of R exponential waits for the next prompt, H_R the R-th harmonic number),
   where every rank has a sequence decoding (else the engine releases the prompts at
@@ -225,8 +224,11 @@ def _steps(step: StepTime, nodes: _Nodes, load: Load, s: _State, closed, clients
                  others_mass=q.largest_mass(ww, [(f, load.ranks - 1.0)]),
                  b=b, bs=bs, cap=cap, tau_d=tau_d, carry=carry, work=work, buffer=buffer,
                  chunks=chunks, m2=m2, p_d=p_d, p_m=p_m, r=r, share=share, base=base, seen=seen,
-                 over=over, t_full=t_full, rho_t=rho_t, amplify=jnp.where(coupled, e_r / jnp.maximum(f * e_1, 1e-30), 1.0), slope=(step(b + 1.0, 0.0, 0.0) - step(jnp.maximum(b - 1.0, 0.0), 0.0,
-                                                                 0.0)) / 2.0)
+                 over=over, t_full=t_full, rho_t=rho_t,
+                 # how much more prompt work the coupled stream carries than one rank's
+                 amplify=jnp.where(coupled, e_r / jnp.maximum(f * e_1, 1e-30), 1.0),
+                 slope=(step(b + 1.0, 0.0, 0.0)
+                        - step(jnp.maximum(b - 1.0, 0.0), 0.0, 0.0)) / 2.0)
     return s._replace(tbar=tbar, var_t=var_t, f=f, m1=m1), parts
 
 
