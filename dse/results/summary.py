@@ -36,6 +36,7 @@ HEADERS = {"throughput_per_device_tok_s": "tok/s/device", "throughput_tok_s": "t
            "n_devices": "devices", "goodput_per_device_req_s": "goodput req/s/device",
            "slo_met": "within SLOs"}
 SLO_KEYS = ("ttft_slo_s", "tpot_slo_s")
+COLLAPSE = 8  # candidates looked at per row shown (alike points collapse into one)
 MEETS = 0.99  # share of requests within the SLOs for a point to meet them (P99, as dse plan)
 
 
@@ -76,14 +77,25 @@ def best(ds: xr.Dataset, metric: str | None = None, k: int = 5, direction: str |
         ds, metric, direction = ranked, "slo_rank", "maximize"
         shown = ("goodput_per_device_req_s", "slo_met") + SHOWN
     metric = metric or RANKED_BY.get(str(ds.attrs.get("mode", "inference")))
-    rows = []
-    for index in best_points(ds, metric, direction, tuple(constraints), k):
+    rows, seen = [], {}
+    # points alike in every output shown differ only in axes they do not depend on (an
+    # aggregated deployment's decode_* keys): one row, those axes shown as "any"
+    for index in best_points(ds, metric, direction, tuple(constraints), k * COLLAPSE):
         point = ds.isel(index)
         row = {d: point[d].item() for d in index}
-        for name in shown:
-            if name in point:
-                row[name] = float(point[name])
+        values = {name: float(point[name]) for name in shown if name in point}
+        key = tuple(np.round(np.asarray(list(values.values()), np.float64), 9).tolist())
+        if key in seen:
+            first = seen[key]
+            for d in index:
+                if first[d] != row[d]:
+                    first[d] = "any"
+            continue
+        if len(rows) == k:
+            continue
+        row.update(values)
         rows.append(row)
+        seen[key] = row
     return rows
 
 

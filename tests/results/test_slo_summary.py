@@ -55,3 +55,15 @@ def test_the_report_of_a_serving_sweep_with_slos_picks_its_best_by_goodput_per_d
     plain = _grid(0.0).assign_coords(tpot_slo_s=0.0)
     plain.attrs["study"] = "[study]\nname = 'slo'"
     assert open_result(plain).primary_metric == "throughput_tok_s"  # PRIMARY_METRIC
+
+
+def test_points_alike_in_every_output_are_one_row_with_the_axis_shown_as_any():
+    """A decode_tp axis an aggregated deployment ignores: its two values give identical
+    outputs, so each deployment is one row with decode_tp 'any'."""
+    grid = xr.concat([_grid(0.0), _grid(0.0)], dim=xr.DataArray([1, 8], dims="decode_tp",
+                                                                  name="decode_tp"))
+    grid = grid.assign_coords(tpot_slo_s=0.0)
+    grid["valid"] = grid["valid"].astype(bool)
+    rows = best(grid)
+    assert [r["deployment"] for r in rows] == ["A", "B", "C"]
+    assert all(r["decode_tp"] == "any" for r in rows)
