@@ -214,14 +214,15 @@ def _steps(step: StepTime, nodes: _Nodes, load: Load, s: _State, closed, clients
     # and (mixed) the others of its rank have prompt work with probability fo; apart from
     # decodes (separate), its rank's prompt steps stall it, each as long as the longest
     alone = seen + jnp.where(sep > 0.0, fo / jnp.maximum(1.0 - fo, 1e-6) * m1, fo * (m1 - tau_d))
-    others, _ = q.largest_moments(excess, ww, [(f, load.ranks - 1.0)])
+    others_mass = q.largest_mass(ww, [(f, load.ranks - 1.0)])  # the other ranks' largest
+    others = jnp.sum(excess * others_mass, 0)
     mixed_r, _ = q.largest_moments(excess, ww, [(fo, 1.0), (f, load.ranks - 1.0)])
     own_r, _ = q.largest_moments(excess, ww, [(1.0, 1.0), (f, load.ranks - 1.0)])
     grouped = seen + jnp.where(sep > 0.0, fo / jnp.maximum(1.0 - fo, 1e-6) * (tau_d + own_r)
                                + others, mixed_r)
     base = jnp.where(coupled, grouped, alone)
     parts = dict(coupled=coupled, excess=excess,
-                 others_mass=q.largest_mass(ww, [(f, load.ranks - 1.0)]),
+                 others_mass=others_mass,
                  b=b, bs=bs, cap=cap, tau_d=tau_d, carry=carry, work=work, buffer=buffer,
                  chunks=chunks, m2=m2, p_d=p_d, p_m=p_m, r=r, share=share, base=base, seen=seen,
                  over=over, t_full=t_full, rho_t=rho_t,
