@@ -268,7 +268,8 @@ def _cmd_calibrate(args) -> int:
     out = check_writable(args.output, "-o", None, (".toml",))
     if args.steps < 1:
         raise InputError("--steps", str(args.steps), "must be at least 1", "an integer >= 1")
-    cal, history = calibrate(args.data, steps=args.steps, framework=args.framework)
+    cal, history = calibrate(args.data, steps=args.steps, framework=args.framework,
+                             moe_surfaces=args.moe_surfaces)
     save(cal, out)
     print(f"fitted {len(cal.frameworks)} frameworks x {len(cal.families)} families on "
           f"{cal.info['rows_fitted']} rows: loss {history[0]:.4g} -> {history[-1]:.4g} "
@@ -394,6 +395,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=600, help="Adam steps (default: %(default)s)")
     p.add_argument("--framework", help="fit every row as one framework of this name (generic: "
                    "the calibration studies get by default)")
+    p.add_argument("--moe-surfaces", action="store_true", help="price a device's routed "
+                   "experts by the measured MoE surfaces (docs/kernels.md); studies under "
+                   "the calibration do the same")
     p.set_defaults(run=_cmd_calibrate)
 
     p = verbs.add_parser("report", help="HTML report with figures of a sweep, search or "

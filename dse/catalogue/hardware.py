@@ -66,6 +66,8 @@ class HardwareSpec:
     # indexed per device; None where no entry has one)
     kernel_table: Any = dataclasses.field(default=-1.0, metadata=dict(kernel=True))
     gemm_surface: Any = dataclasses.field(default=None, metadata=dict(kernel=True, shared=True))
+    # the measured MoE surfaces of the same tables (dse.formulas.types.MOE_SURFACE_AXES)
+    moe_surface: Any = dataclasses.field(default=None, metadata=dict(kernel=True, shared=True))
 
 
 # Parameters a chip architect can vary (the ``hw_param`` dimension of sensitivities).

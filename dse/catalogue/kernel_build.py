@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .kernels import AIC_SYSTEMS, AXES, SLOTS, axis
+from .kernels import AIC_SYSTEMS, AXES, MOE_AXES, SLOTS, axis
 
 SYSTEMS = AIC_SYSTEMS  # upstream system folder -> the catalogue's device
 # slot -> (weight bits, activation bits) of dse's count of its bytes and its peak's width
@@ -57,13 +57,14 @@ def roofline_s(spec, m, n, k, slot):
     return np.maximum(cost.flops / float(peak), cost.bytes / float(spec.hbm_bw_bytes_per_s))
 
 
-def interpolate(grid, m, n, k):
+def interpolate(grid, m, n, k, axes=None):
     """Multilinear interpolation of ``grid`` [M, N, K] (efficiency at the nodes) at shapes
     (m, n, k), linear in each dimension between the nodes around it, clamped at the
-    edges: the evaluator's rule (dse.formulas.roofline.surface_efficiency) in NumPy."""
+    edges: the evaluator's rule (dse.formulas.roofline.surface_efficiency) in NumPy.
+    ``axes``: {name: (lo, hi, step)} of log2 nodes (the GEMM grid's by default)."""
     pos = []
     for name, x in (("m", m), ("n", n), ("k", k)):
-        nodes = 2.0 ** axis(name)
+        nodes = 2.0 ** (axis(name) if axes is None else nodes_of(axes[name]))
         x = np.clip(np.asarray(x, float), nodes[0], nodes[-1])
         i = np.clip(np.searchsorted(nodes, x, side="right") - 1, 0, len(nodes) - 2)
         pos.append((i, (x - nodes[i]) / (nodes[i + 1] - nodes[i])))
@@ -146,6 +147,198 @@ def read_tables(data: Path, catalogue_spec):
     return out
 
 
+# MoE: the upstream dtypes that stand for each slot, best first. An 8-bit MoE reads the
+# block-scaled FP8 tables: the format of the published FP8 MoE checkpoints (DeepSeek-V3/R1,
+# Qwen3-*-FP8, MiniMax-M2.5, GLM), and the kernels the engines run for them; vLLM's
+# per-tensor FP8 MoE on Hopper measures 0.08-0.17 of the roofline where its block-scaled
+# one measures 0.46-0.83 (decode shapes). Per-tensor FP8 where a table has no block rows;
+# a 4-bit MoE as NVFP4, then MXFP4 with FP8 activations.
+MOE_UPSTREAM = {"bf16": ("bfloat16",), "fp8": ("fp8_block", "fp8"),
+                "fp8_block": ("fp8_block", "fp8"), "nvfp4": ("nvfp4", "w4a8_mxfp4_mxfp8")}
+MOE_COLUMNS = ["moe_dtype", "kernel_source", "num_tokens", "hidden_size", "inter_size", "topk",
+               "num_experts", "moe_tp_size", "moe_ep_size", "distribution", "latency"]
+MOE_LICENCE = ("Derived from NVIDIA aiconfigurator-core {version} (systems/data/*/moe/*/*/"
+               "moe_perf.parquet), Copyright (c) NVIDIA CORPORATION & AFFILIATES, licensed "
+               "under the Apache License, Version 2.0 (http://www.apache.org/licenses/LICENSE-2.0).")
+
+
+def moe_shape(tokens, hidden, inter, topk, experts, moe_tp, moe_ep, balanced=True):
+    """(rows, experts in use, expert width per device, surface (m, n, k)) of a routed MoE
+    layer on one device of its EP group: ``tokens`` tokens enter the group, each routed to
+    ``topk`` of ``experts``; a device holds experts / moe_ep of them, each split over
+    moe_tp. The surface reads m = the device's token-expert rows (tokens x topk / ep),
+    n = the width of every expert it holds side by side (experts / ep x inter / tp), k =
+    the hidden size: dse.formulas.transformer prices the routed experts at the same
+    shape."""
+    local = experts / moe_ep
+    width = inter / moe_tp
+    rows = tokens * topk / moe_ep
+    # balanced routing (upstream's "balanced"): a new expert for each token-expert pair
+    # until every one has some; random routing: the expected distinct experts
+    hit = np.where(balanced, np.minimum(local, rows),
+                   local * (1.0 - (1.0 - topk / experts) ** tokens))
+    return rows, hit, width, (rows / np.maximum(hit, 1.0), np.maximum(hit, 1.0) * width, hidden)
+
+
+def moe_roofline_s(spec, rows, hit, width, hidden, matrices, slot):
+    """dse's roofline of a device's routed experts (up/gate and down grouped matmuls,
+    dse.formulas.operators.grouped_matmul) at the device's peaks, the slot's width."""
+    from ..formulas.operators import grouped_matmul
+    w, a = BITS[slot]
+    peak = float({16: spec.flops_per_s_16, 8: spec.flops_per_s_8, 4: spec.flops_per_s_4}[max(w, a)])
+    bw = float(spec.hbm_bw_bytes_per_s)
+    total = 0.0
+    for cost in (grouped_matmul(rows, hidden, (matrices - 1.0) * width, hit, w, a),
+                 grouped_matmul(rows, width, hidden, hit, w, a)):
+        total = total + np.maximum(np.asarray(cost.flops) / peak, np.asarray(cost.bytes) / bw)
+    return total
+
+
+def nodes_of(spec):
+    lo, hi, step = spec
+    return np.arange(lo, hi + step / 2, step)
+
+
+def scattered_grid(m, n, k, log_eff, axes):
+    """Node values [M, N, K] of log-efficiency from rows scattered in (M, N) (an MoE sweep
+    over tokens moves both: rows per expert and the experts in use): for each measured K,
+    linear interpolation on the Delaunay triangulation of the rows in (log2 M, log2 N),
+    the nearest row outside their hull; then linear in log2 K between the measured K
+    (clamped at the edges)."""
+    from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
+    mn, nn, kn = (nodes_of(axes[a]) for a in ("m", "n", "k"))
+    lm, ln, lk = np.log2(np.maximum(m, 2.0 ** mn[0])), np.log2(n), np.log2(k)
+    nodes = np.stack(np.meshgrid(mn, nn, indexing="ij"), -1).reshape(-1, 2)
+    kv = np.unique(lk)
+    planes = []
+    for y in kv:
+        sel = lk == y
+        pts = np.stack([lm[sel], ln[sel]], -1)
+        near = NearestNDInterpolator(pts, log_eff[sel])(nodes)
+        try:
+            lin = LinearNDInterpolator(pts, log_eff[sel])(nodes)
+        except Exception:  # too few or collinear rows: the nearest only
+            lin = np.full(len(nodes), np.nan)
+        planes.append(np.where(np.isnan(lin), near, lin).reshape(len(mn), len(nn)))
+    planes = np.stack(planes, -1)  # [M, N, K_meas]
+    return np.stack([[np.interp(kn, kv, planes[i, j]) for j in range(len(nn))]
+                     for i in range(len(mn))])
+
+
+def read_moe_tables(data: Path, catalogue_spec):
+    """{(system, backend): {slot: (version, DataFrame-like dict of m, n, k, latency_s,
+    efficiency, roofline_s)}} from the measured MoE tables (``moe_perf.parquet``): for
+    each slot the newest version that measured one of its dtypes (:data:`MOE_UPSTREAM`),
+    routing balanced across experts (the smallest power law where a table has no
+    balanced rows: dse's ``moe_imbalance`` adds the skew), the fastest kernel the engine
+    offers at each shape (its MoE backends: CUTLASS, DeepGEMM, Triton, FlashInfer...)."""
+    import pandas as pd
+    out = {}
+    for system, hardware in SYSTEMS.items():
+        spec = catalogue_spec(hardware)
+        if spec is None:
+            continue
+        for backend_dir in sorted((data / system / "moe").glob("*")):
+            versions = sorted((v for v in backend_dir.iterdir()
+                               if (v / "moe_perf.parquet").is_file()),
+                              key=lambda v: _version_key(v.name))
+            frames = [(v.name, pd.read_parquet(v / "moe_perf.parquet", columns=MOE_COLUMNS))
+                      for v in versions]
+            slots = {}
+            for slot in SLOTS:
+                pick = None
+                for dtype in MOE_UPSTREAM[slot]:
+                    found = [(version, df[(df.moe_dtype == dtype) & (df.latency > 0)
+                                          & np.isfinite(df.latency)]) for version, df in frames]
+                    # the version that measured the most shapes (the newest of equals):
+                    # a release candidate that re-measured one kernel is not the table
+                    found = [f for f in found if len(f[1]) >= 100]
+                    if found:
+                        pick = max(reversed(found), key=lambda f: len(f[1]))
+                        break
+                if pick is None:
+                    continue
+                version, d = pick
+                laws = sorted(d.distribution.unique(), key=lambda x: (
+                    x != "balanced", x != "uniform",
+                    float(x.split("_")[-1]) if x.startswith("power_law_") else 9.0))
+                d = d[d.distribution == laws[0]]
+                balanced = laws[0] == "balanced"
+                d = d.assign(matrices=np.where(d.kernel_source.str.contains("nongated"), 2.0, 3.0))
+                d = d.groupby(["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+                               "moe_ep_size", "matrices", "num_tokens"],
+                              as_index=False).latency.min()
+                cols = {c: d[c].to_numpy(float) for c in d.columns}
+                rows, hit, width, (m, n, k) = moe_shape(
+                    cols["num_tokens"], cols["hidden_size"], cols["inter_size"], cols["topk"],
+                    cols["num_experts"], cols["moe_tp_size"], cols["moe_ep_size"], balanced)
+                lat = cols["latency"] * 1e-3  # upstream milliseconds
+                roof = moe_roofline_s(spec, rows, hit, width, k, cols["matrices"], slot)
+                # one efficiency per surface shape (different expert counts and top-k can
+                # give one (m, n, k)): their median in the log
+                g = pd.DataFrame(dict(m=m, n=n, k=k, lat=lat, roof=roof,
+                                      le=np.log(roof / lat)))[rows >= 1.0]
+                g = g.groupby(["n", "k", "m"], as_index=False).agg(
+                    le=("le", "median"), lat=("lat", "median"), roof=("roof", "median"))
+                slots[slot] = (version, dict(
+                    m=g.m.to_numpy(float), n=g.n.to_numpy(float), k=g.k.to_numpy(float),
+                    latency_s=g.lat.to_numpy(float), efficiency=np.exp(g["le"].to_numpy(float)),
+                    roofline_s=g.roof.to_numpy(float)))
+            if slots:
+                out[(system, backend_dir.name)] = slots
+    return out
+
+
+def build_moe(tables, keys, holdout: bool):
+    """(efficiency array [T, S, M, N, K] aligned with the GEMM ``keys``, per-table entries,
+    held-out errors per slot). A table without MoE rows of its own backend takes its
+    system's other backends' (TensorRT-LLM's first); a slot none measured is filled as
+    the GEMM's are (:data:`FILL`)."""
+    shape = (len(keys), len(SLOTS)) + tuple(len(axis(a, MOE_AXES)) for a in ("m", "n", "k"))
+    eff = np.zeros(shape)
+    entries, errors = [], {s: [] for s in SLOTS}
+    grids_of = {}
+    for key in sorted(tables):
+        grids = {}
+        for slot, (version, d) in tables[key].items():
+            keep = np.ones(len(d["m"]), bool)
+            if holdout:
+                keep[4::5] = False
+            grids[slot] = scattered_grid(d["m"][keep], d["n"][keep], d["k"][keep],
+                                         np.log(d["efficiency"][keep]), MOE_AXES)
+            if holdout:
+                out = ~keep
+                pred = interpolate(np.exp(grids[slot]), d["m"][out], d["n"][out], d["k"][out],
+                                   MOE_AXES)
+                errors[slot].append(np.abs(d["roofline_s"][out] / pred / d["latency_s"][out] - 1))
+        grids_of[key] = grids
+    for t, key in enumerate(keys):
+        system, backend = key
+        source = next((k for k in [key] + [(system, b) for b in ("trtllm", "vllm", "sglang")]
+                       if k in grids_of), None)
+        if source is None:
+            raise ValueError(f"no measured MoE table for {system}")
+        grids = grids_of[source]
+        filled = {}
+        for s, slot in enumerate(SLOTS):
+            src = slot if slot in grids else next((f for f in FILL[slot] if f in grids),
+                                                  next(iter(grids)))
+            if src != slot:
+                filled[slot] = src
+            eff[t, s] = np.exp(grids[src])
+        entries.append(dict(system=system, backend=backend, from_backend=source[1],
+                            versions={s: v for s, (v, _) in tables[source].items()},
+                            measured=sorted(grids, key=SLOTS.index), filled=filled,
+                            rows=int(sum(len(d["m"]) for _, d in tables[source].values()))))
+    report = {}
+    for slot, errs in errors.items():
+        if errs:
+            e = np.concatenate(errs)
+            report[slot] = dict(rows=int(len(e)), median=float(np.median(e)),
+                                p90=float(np.quantile(e, 0.9)))
+    return eff.astype(np.float16), entries, report
+
+
 def build(tables, holdout: bool):
     """(efficiency array [T, S, M, N, K], table entries, held-out errors per slot)."""
     keys = sorted(tables)
@@ -204,11 +397,15 @@ def npz_bytes(arrays: dict) -> bytes:
     return buf.getvalue()
 
 
-def write(folder: Path, eff, entries, report, version: str):
-    """The npz and its manifest, each written to a temporary file and moved into place."""
+def write(folder: Path, eff, entries, report, version: str, moe=None):
+    """The npz and its manifest, each written to a temporary file and moved into place.
+    ``moe``: (efficiency, entries, held-out report) of the MoE surfaces."""
     from ..atomic import atomic_path
     folder.mkdir(parents=True, exist_ok=True)
-    blob = npz_bytes(dict(efficiency=eff, **{f"log2_{a}": axis(a) for a in AXES}))
+    arrays = dict(efficiency=eff, **{f"log2_{a}": axis(a) for a in AXES})
+    if moe is not None:
+        arrays["moe_efficiency"] = moe[0]
+    blob = npz_bytes(arrays)
     manifest = dict(
         file="gemm.npz", sha256=hashlib.sha256(blob).hexdigest(), slots=list(SLOTS),
         axes={a: dict(log2_first=lo, log2_last=hi, log2_step=st) for a, (lo, hi, st)
@@ -217,6 +414,16 @@ def write(folder: Path, eff, entries, report, version: str):
                  "operators.matmul bytes and FLOPs; the dense peak of the slot's width)",
         source=f"aiconfigurator-core {version}", licence=LICENCE.format(version=version),
         holdout=report, tables=entries)
+    if moe is not None:
+        manifest["moe"] = dict(
+            array="moe_efficiency",
+            axes={a: dict(log2_first=lo, log2_last=hi, log2_step=st) for a, (lo, hi, st)
+                  in MOE_AXES.items()},
+            quantity="roofline time of a device's routed experts at the catalogue's peaks "
+                     "(dse.formulas.operators.grouped_matmul up/gate and down, the experts in "
+                     "use) / measured time of the MoE kernel; m = rows per expert in use, "
+                     "n = experts in use x expert width per device, k = hidden size",
+            licence=MOE_LICENCE.format(version=version), holdout=moe[2], tables=moe[1])
     with atomic_path(folder / "gemm.npz") as tmp:
         Path(tmp).write_bytes(blob)
     with atomic_path(folder / "manifest.json") as tmp:
@@ -275,7 +482,15 @@ def main(argv=None) -> int:
                              "systems/data/<system>/gemm/<backend>/<version>/gemm_perf.parquet")
         _, _, report = build(tables, holdout=True)
         eff, entries, _ = build(tables, holdout=False)
-        write(Path(a.output), eff, entries, report, version)
+        moe_tables = read_moe_tables(data, spec)
+        keys = [(e["system"], e["backend"]) for e in entries]
+        if any(system not in {s for s, _ in moe_tables} for system, _ in keys):
+            raise InputError(str(data), "moe", "a system with GEMM tables has no MoE table",
+                             "systems/data/<system>/moe/<backend>/<version>/moe_perf.parquet")
+        _, _, moe_report = build_moe(moe_tables, keys, holdout=True)
+        moe_eff, moe_entries, _ = build_moe(moe_tables, keys, holdout=False)
+        write(Path(a.output), eff, entries, report, version,
+              (moe_eff, moe_entries, moe_report))
     except InputError as e:
         print(f"dse: error: {e}", file=sys.stderr)
         return 2
@@ -284,6 +499,10 @@ def main(argv=None) -> int:
         print(f"  {slot:10s} {r['rows']:7d} rows  median {100 * r['median']:.1f}%  "
               f"p90 {100 * r['p90']:.1f}% (M one row past a tile {100 * r['p90_tile_rows']:.1f}%, "
               f"other rows {100 * r['p90_other_rows']:.1f}%)")
+    print("MoE held out (every fifth shape):")
+    for slot, r in moe_report.items():
+        print(f"  {slot:10s} {r['rows']:7d} rows  median {100 * r['median']:.1f}%  "
+              f"p90 {100 * r['p90']:.1f}%")
     return 0
 
 

@@ -36,10 +36,11 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from ..formulas.types import SURFACE_AXES, SURFACE_SLOTS
+from ..formulas.types import MOE_SURFACE_AXES, SURFACE_AXES, SURFACE_SLOTS
 
 SLOTS = SURFACE_SLOTS  # the GEMM kind a matmul runs as (dse.formulas.roofline.surface_slot)
 AXES = {name: (lo, hi, step) for name, lo, hi, step in SURFACE_AXES}  # log2 of the nodes
+MOE_AXES = {name: (lo, hi, step) for name, lo, hi, step in MOE_SURFACE_AXES}
 
 # aiconfigurator-core's system names (systems/*.yaml) -> the catalogue's devices: for its
 # kernel tables here and its measured serving runs (dse.validate.silicon)
@@ -75,8 +76,8 @@ NEAREST_SYSTEM = {
 }
 
 
-def axis(name: str) -> np.ndarray:
-    lo, hi, step = AXES[name]
+def axis(name: str, axes: dict | None = None) -> np.ndarray:
+    lo, hi, step = (AXES if axes is None else axes)[name]
     return np.arange(lo, hi + step / 2, step)
 
 
@@ -111,17 +112,27 @@ class Surfaces:
                              "dse.catalogue.kernel_build)")
         with np.load(npz) as arrays:
             self.efficiency = arrays["efficiency"].astype(np.float32)
+            moe = arrays["moe_efficiency"] if "moe_efficiency" in arrays.files else None
+            self.moe_efficiency = None if moe is None else moe.astype(np.float32)
         tables = self.manifest["tables"]
-        shape = (len(tables), len(SLOTS)) + tuple(len(axis(a)) for a in ("m", "n", "k"))
-        if self.efficiency.shape != shape or self.manifest.get("slots") != list(SLOTS):
-            raise InputError(str(npz), "efficiency", f"shape {self.efficiency.shape} or slots "
-                             f"{self.manifest.get('slots')} do not match the manifest",
-                             f"shape {shape}, slots {list(SLOTS)}")
-        axes = {a: (v["log2_first"], v["log2_last"], v["log2_step"])
-                for a, v in self.manifest.get("axes", {}).items()}
-        if axes != AXES:
-            raise InputError(str(manifest_path), "axes", f"{axes} are not the evaluator's grid",
-                             str(AXES))
+        moe_manifest = self.manifest.get("moe")
+        for name, array, grid, key in (("efficiency", self.efficiency, AXES, "axes"),
+                                       ("moe_efficiency", self.moe_efficiency, MOE_AXES,
+                                        "moe")):
+            if array is None and moe_manifest is None and name == "moe_efficiency":
+                continue  # surfaces built before the MoE tables: experts read the GEMM's
+            shape = (len(tables), len(SLOTS)) + tuple(len(axis(a, grid)) for a in "mnk")
+            if (array is None or array.shape != shape
+                    or self.manifest.get("slots") != list(SLOTS)):
+                raise InputError(str(npz), name, f"shape {None if array is None else array.shape}"
+                                 f" or slots {self.manifest.get('slots')} do not match the "
+                                 "manifest", f"shape {shape}, slots {list(SLOTS)}")
+            section = self.manifest.get("axes", {}) if key == "axes" else moe_manifest["axes"]
+            axes = {a: (v["log2_first"], v["log2_last"], v["log2_step"])
+                    for a, v in section.items()}
+            if axes != grid:
+                raise InputError(str(manifest_path), key, f"{axes} are not the evaluator's "
+                                 "grid", str(grid))
         self.index = {(t["hardware"], t["backend"]): i for i, t in enumerate(tables)}
 
     def measured(self) -> list[str]:
@@ -170,12 +181,28 @@ def uses_kernels(cal) -> bool:
     return bool(cal is not None and cal.info.get("kernels"))
 
 
-def source() -> str | None:
-    """What a calibration fitted with the shipped surfaces records in its ``kernels``."""
+MOE_WORDS = "GEMM and MoE surfaces"
+
+
+def uses_moe(cal) -> bool:
+    """A calibration fitted with the MoE surfaces too (``dse calibrate --moe-surfaces``:
+    its ``kernels`` says "GEMM and MoE surfaces") prices a device's routed experts by
+    them; any other reads the experts off the GEMM surface (one grouped kernel's shape)."""
+    return bool(cal is not None and MOE_WORDS in str(cal.info.get("kernels", "")))
+
+
+def source(moe: bool = False) -> str | None:
+    """What a calibration fitted with the shipped surfaces (``moe``: the MoE ones too)
+    records in its ``kernels``."""
     surf = surfaces()
     if surf is None:
         return None
-    return f"{surf.manifest['source']} GEMM surfaces, sha256 {surf.manifest['sha256'][:12]}"
+    if moe and surf.moe_efficiency is None:
+        raise InputError(str(surf.folder / "manifest.json"), "moe", "no MoE surfaces",
+                         "surfaces built by python -m dse.catalogue.kernel_build from "
+                         "aiconfigurator-core's moe_perf tables")
+    words = MOE_WORDS if moe else "GEMM surfaces"
+    return f"{surf.manifest['source']} {words}, sha256 {surf.manifest['sha256'][:12]}"
 
 
 def table_index(hardware: str, framework: str, card=None) -> float:
@@ -190,11 +217,11 @@ def table_index(hardware: str, framework: str, card=None) -> float:
     return -1.0 if found is None else float(found[0])
 
 
-def stack(specs: list, dtype=np.float64):
+def stack(specs: list, dtype=np.float64, moe: bool = False):
     """A hardware table (:func:`dse.catalogue.hardware.stack`) with the measured GEMM
     surfaces its entries share: the tables they name (``kernel_table``, an index into the
     shipped surfaces) gathered into ``gemm_surface``, each entry's index renumbered into
-    it (-1 where an entry names none)."""
+    it (-1 where an entry names none); ``moe``: their MoE surfaces too (``moe_surface``)."""
     import dataclasses
 
     from .hardware import stack as stack_plain
@@ -202,10 +229,14 @@ def stack(specs: list, dtype=np.float64):
     renumber = {t: float(i) for i, t in enumerate(wanted)}
     specs = [dataclasses.replace(s, gemm_surface=None, kernel_table=renumber.get(
         int(s.kernel_table), -1.0) if float(s.kernel_table) >= 0.0 else -1.0) for s in specs]
+    specs = [dataclasses.replace(s, moe_surface=None) for s in specs]
     table = stack_plain(specs, dtype)
     if not wanted:
         return table
-    return dataclasses.replace(table, gemm_surface=efficiency(wanted, dtype))
+    surf = surfaces()
+    moe = (surf.moe_efficiency[wanted].astype(dtype)
+           if moe and surf.moe_efficiency is not None else None)
+    return dataclasses.replace(table, gemm_surface=efficiency(wanted, dtype), moe_surface=moe)
 
 
 def efficiency(tables: list[int], dtype=np.float64) -> np.ndarray:

@@ -53,7 +53,7 @@ def achieved_rates(hw: HardwareSpec, point, weight_bits, kv_bits, act_bits) -> R
     gemm_peak = peak_at_width(compute_width(jnp.maximum(weight_bits, act_bits)), *peaks) * compute
     hbm_peak = hw.hbm_bw_bytes_per_s * point.hbm_bw_scale * point.hbm_efficiency
     return Rates(
-        gemm_surface=hw.gemm_surface, kernel_table=hw.kernel_table,
+        gemm_surface=hw.gemm_surface, moe_surface=hw.moe_surface, kernel_table=hw.kernel_table,
         kernel_slot=surface_slot(weight_bits, act_bits), gemm_peak_flops_per_s=gemm_peak,
         hbm_peak_bytes_per_s=hbm_peak, kernel_scale=hw.gemm_efficiency,
         gemm_flops_per_s=gemm_peak * hw.gemm_efficiency,

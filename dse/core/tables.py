@@ -86,4 +86,5 @@ def tables(study):
                                      [c.fields["n_layers"] for c in study.models], dtype)
     # one block of devices per serving framework (the framework key is the block's offset)
     return models, kernels.stack([hardware_spec(study, c, fw) for fw in study.frameworks
-                                         for c in study.hardware], dtype)
+                                         for c in study.hardware], dtype,
+                                 moe=kernels.uses_moe(study.calibration))

@@ -14,14 +14,30 @@ import jax.numpy as jnp
 
 from .roofline import (compute_time_s, mean_context, mean_roofline_over_context, memory_time_s,
                        surface_efficiency)
-from .types import PLAIN, Cost, Hints, Part, Rates
+from .types import MOE_SURFACE_AXES, PLAIN, SURFACE_AXES, Cost, Hints, Part, Rates
 
 ZERO = Part(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 
+def surface_of(cost: Cost, rates: Rates):
+    """(efficiency array, its axes) that prices ``cost`` (static): the MoE surface for a
+    device's routed experts where one is shipped, the GEMM surface otherwise."""
+    if cost.surface == "moe" and rates.moe_surface is not None:
+        return rates.moe_surface, MOE_SURFACE_AXES
+    return rates.gemm_surface, SURFACE_AXES
+
+
 def surfaced(cost: Cost, rates: Rates) -> bool:
-    """Whether ``cost`` is a matmul a measured GEMM surface may price (static)."""
+    """Whether ``cost`` is a matmul a measured surface may price (static)."""
     return cost.unit == "gemm" and cost.shape is not None and rates.gemm_surface is not None
+
+
+def read_shape(cost: Cost, rates: Rates):
+    """The shape ``cost`` reads its surface at: a routed-expert matmul under no MoE
+    surface reads the GEMM surface at its own grouped shape (``cost.shape[3:]``)."""
+    if cost.surface == "moe" and rates.moe_surface is None:
+        return cost.shape[3:]
+    return cost.shape[:3]
 
 
 def of(cost: Cost, rates: Rates, efficiency=None) -> Part:
@@ -37,8 +53,9 @@ def of(cost: Cost, rates: Rates, efficiency=None) -> Part:
     c, m = compute_time_s(cost, rates), memory_time_s(cost, rates)
     if surfaced(cost, rates):
         if efficiency is None:
-            efficiency = surface_efficiency(rates.gemm_surface, rates.kernel_table,
-                                            rates.kernel_slot, *cost.shape)
+            table, axes = surface_of(cost, rates)
+            efficiency = surface_efficiency(table, rates.kernel_table, rates.kernel_slot,
+                                            *read_shape(cost, rates), axes=axes)
         eff = rates.kernel_scale * efficiency
         measured = rates.kernel_table >= 0.0
         # one division each, by the achieved rate: XLA rewrites a / b / c as a / (b c)
@@ -50,31 +67,39 @@ def of(cost: Cost, rates: Rates, efficiency=None) -> Part:
 
 def priced(groups: dict) -> dict:
     """``{key: add(*(of(cost, rates) for cost, rates in pairs))}`` for ``groups`` of
-    (cost, rates) pairs, with every surface read done as one lookup of the matmuls'
-    shapes stacked: a layer's matmuls compile to one interpolation instead of one each
-    (XLA's compile time grows with each copy). The values are those of :func:`of`, bit
-    for bit: each matmul reads the same nodes with the same weights. Pairs whose rates
-    do not share one surface, table and slot are read one by one."""
+    (cost, rates) pairs, with every surface read done as one lookup per surface of the
+    matmuls' shapes stacked: a layer's matmuls compile to one interpolation per surface
+    instead of one each (XLA's compile time grows with each copy). The values are those
+    of :func:`of`, bit for bit: each matmul reads the same nodes with the same weights.
+    Pairs whose rates do not share one surface, table and slot are read one by one."""
     pairs = [pair for group in groups.values() for pair in group]
-    reads = [(c, r) for c, r in pairs if surfaced(c, r)]
     known = {}
-    if len(reads) > 1:
+    by_surface = {}
+    for c, r in pairs:
+        if surfaced(c, r):
+            by_surface.setdefault(id(surface_of(c, r)[0]), []).append((c, r))
+    for reads in by_surface.values():
+        if len(reads) < 2:
+            continue
         first = reads[0][1]
-        same = all(r.gemm_surface is first.gemm_surface and r.kernel_table is first.kernel_table
+        same = all(r.gemm_surface is first.gemm_surface and r.moe_surface is first.moe_surface
+                   and r.kernel_table is first.kernel_table
                    and r.kernel_slot is first.kernel_slot for _, r in reads)
-        if same:
-            dtype = first.gemm_surface.dtype
-            table, slot = (jnp.asarray(first.kernel_table), jnp.asarray(first.kernel_slot))
-            common = jnp.broadcast_shapes(table.shape, slot.shape,
-                                          *(jnp.shape(x) for c, _ in reads for x in c.shape))
+        if not same:
+            continue
+        array, axes = surface_of(reads[0][0], first)
+        dtype = array.dtype
+        shapes = [read_shape(c, r) for c, r in reads]
+        table, slot = (jnp.asarray(first.kernel_table), jnp.asarray(first.kernel_slot))
+        common = jnp.broadcast_shapes(table.shape, slot.shape,
+                                      *(jnp.shape(x) for sh in shapes for x in sh))
 
-            def stacked(xs):
-                return jnp.stack([jnp.broadcast_to(jnp.asarray(x, dtype), common) for x in xs])
+        def stacked(xs):
+            return jnp.stack([jnp.broadcast_to(jnp.asarray(x, dtype), common) for x in xs])
 
-            m, n, k = (stacked([c.shape[axis] for c, _ in reads]) for axis in range(3))
-            whole = surface_efficiency(first.gemm_surface, stacked([table]), stacked([slot]),
-                                       m, n, k)
-            known = {id(c): whole[i] for i, (c, _) in enumerate(reads)}
+        m, n, k = (stacked([sh[axis] for sh in shapes]) for axis in range(3))
+        whole = surface_efficiency(array, stacked([table]), stacked([slot]), m, n, k, axes=axes)
+        known.update({id(c): whole[i] for i, (c, _) in enumerate(reads)})
     return {key: add(*(of(c, r, known.get(id(c))) for c, r in group))
             for key, group in groups.items()}
 

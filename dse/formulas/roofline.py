@@ -67,7 +67,7 @@ def surface_position(x, lo, hi, step):
     return j, jnp.clip((x - below) / (above - below), 0.0, 1.0)
 
 
-def surface_efficiency(eff, table, slot, m, n, k):
+def surface_efficiency(eff, table, slot, m, n, k, axes=SURFACE_AXES):
     """Measured efficiency of an [m, k] x [k, n] matmul: multilinear interpolation of the
     efficiency table ``eff`` [table, slot, M, N, K] between the nodes around (m, n, k)
     (:func:`surface_position`), clamped at the grid's edges (a shape outside the measured
@@ -83,7 +83,7 @@ def surface_efficiency(eff, table, slot, m, n, k):
     # 4096 in another (the same formula fused differently) reads the same node
     shape = (m, jnp.round(n), jnp.round(k))
     (i, fi), (j, fj), (l, fl) = (surface_position(jnp.asarray(x, eff.dtype), lo, hi, step)
-                                 for (_, lo, hi, step), x in zip(SURFACE_AXES, shape))
+                                 for (_, lo, hi, step), x in zip(axes, shape))
     # int32 is ample: the index is below tables x slots x M x N x K (about 5e5 shipped)
     base = (((t * slots + s) * size_m + i) * size_n + j) * size_k + l
     corners = [(di, dj, dl) for di in (0, 1) for dj in (0, 1) for dl in (0, 1)]

@@ -145,6 +145,20 @@ def layer_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, pa
         slots = jnp.maximum(physical_experts(m, par), 1.0)
         hit = local * (1.0 - (1.0 - m.top_k / slots) ** (t * group))
         routed = _mlp(m, rows, m.d_ff_expert / etp, hit, p, 0.0)
+        # The routed experts run as one grouped kernel whose measured efficiency (the MoE
+        # surface) is read at the device's rows per expert in use, the experts in use side
+        # by side and the hidden size (dse.catalogue.kernel_build.moe_shape); the kernel
+        # measured includes the activation between its two GEMMs. The grouped shapes stay
+        # behind for the GEMM surface where no MoE surface is shipped.
+        used = jnp.maximum(hit, 1.0)
+        moe_shape = (rows / used, used * m.d_ff_expert / etp, d)
+        up, act, down = routed
+        if flat.moe_surface is not None:
+            inside = flat.kernel_table >= 0.0
+            act = act._replace(flops=jnp.where(inside, 0.0, act.flops),
+                               bytes=jnp.where(inside, 0.0, act.bytes))
+        routed = [up._replace(shape=moe_shape + up.shape, surface="moe"), act,
+                  down._replace(shape=moe_shape + down.shape, surface="moe")]
         expert_rates = shaped(flat, rows / jnp.maximum(hit, 1.0))  # rows per expert in use
         has_shared = m.n_shared_experts > 0.0
         shared = [c._replace(flops=jnp.where(has_shared, c.flops, 0.0),

@@ -88,6 +88,11 @@ class ModelSpec:
 # from 32 to 65536; and their kernel slots (dse.formulas.roofline.surface_slot).
 SURFACE_AXES = (("m", 0.0, 15.0, 0.5), ("n", 5.0, 16.0, 1.0), ("k", 5.0, 16.0, 1.0))
 SURFACE_SLOTS = ("bf16", "fp8", "fp8_block", "nvfp4")
+# The grid of the measured MoE surfaces (a device's routed experts as one grouped GEMM,
+# dse.catalogue.kernel_build.moe_shape): M = token-expert rows per expert in use at half
+# octaves from 1 to 32768, N = the experts in use side by side (experts x width per
+# device) from 128 to 2^21, K = the hidden size from 1024 to 16384, at half octaves.
+MOE_SURFACE_AXES = (("m", 0.0, 15.0, 0.5), ("n", 7.0, 21.0, 0.5), ("k", 10.0, 14.0, 0.5))
 
 
 class Rates(NamedTuple):
@@ -120,6 +125,9 @@ class Rates(NamedTuple):
     # no calibration), and the calibration's factor on the measured efficiency (how much
     # of the isolated kernel's speed the framework keeps in a whole run)
     gemm_surface: Any = None
+    # the measured MoE surfaces [table, slot, M, N, K] on MOE_SURFACE_AXES, the same
+    # tables and slots (None: routed experts priced through the GEMM surface)
+    moe_surface: Any = None
     kernel_table: Any = -1.0
     kernel_slot: Any = 0.0
     gemm_peak_flops_per_s: Any = 1.0
@@ -144,6 +152,9 @@ class Cost(NamedTuple):
     # (m, n, k) of a matmul ([m, k] x [k, n]; a grouped one per weight set): the shape a
     # measured efficiency surface is read at (None: the roofline at the calibrated rates)
     shape: Any = None
+    # which measured surface prices it (static): "gemm", or "moe" for a device's routed
+    # experts (the shape on MOE_SURFACE_AXES; the GEMM surface where none is shipped)
+    surface: str = "gemm"
 
 
 class Part(NamedTuple):

@@ -81,7 +81,10 @@ def kernel_attrs(study: Study) -> dict:
             found = surf.table_of(c.name, fw, c.fields.get("kernel_tables"), c.file)
             used[f"{fw}/{c.name}"] = (surf.describe(found[0]) if found is not None
                                       else "none (the calibration's fitted GEMM rate)")
-    return {"kernel_tables": json.dumps(used), "kernel_source": surf.manifest["licence"]}
+    out = {"kernel_tables": json.dumps(used), "kernel_source": surf.manifest["licence"]}
+    if kernels.uses_moe(study.calibration):  # the routed experts by the MoE tables too
+        out["kernel_source"] += " " + surf.manifest["moe"]["licence"]
+    return out
 
 
 def coords(study: Study) -> dict:

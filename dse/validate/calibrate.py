@@ -24,14 +24,16 @@ from .predict import predict_with_reasons
 from .validation import build_problem, calibration_vector, fitting
 
 
-def calibrate(data, steps: int = F.STEPS, framework: str | None = None
-              ) -> tuple[C.Calibration, np.ndarray]:
+def calibrate(data, steps: int = F.STEPS, framework: str | None = None,
+              moe_surfaces: bool = False) -> tuple[C.Calibration, np.ndarray]:
     """Fit a calibration on every expressible, unflagged row of ``data`` (one CSV or
     several) of the kinds a calibration describes by gradient descent (not
     ``serving_latency``: the load model runs on the fitted engine), then each
     framework's frontend (``request_overhead_s``, :mod:`dse.validate.frontend`) on the
     mean TTFT of the ``serving_latency`` rows; ``framework`` pools every row under that
-    one name (``generic``: the shipped default calibration).
+    one name (``generic``: the shipped default calibration); ``moe_surfaces``: a device's
+    routed experts priced by the measured MoE surfaces (dse.catalogue.kernels), recorded
+    in the calibration's ``kernels`` so that studies under it do the same.
 
     Returns (calibration with covariance, loss per Adam step).
     """
@@ -49,8 +51,8 @@ def calibrate(data, steps: int = F.STEPS, framework: str | None = None
         raise InputError(", ".join(map(str, paths)), "rows", "no row a calibration can be "
                          "fitted on", "rows of the kinds " + ", ".join(
                              k for k in KINDS if k not in UNFITTED))
-    prob = build_problem(cases, None)
-    surfaces = {"kernels": kernels.source()} if kernels.source() else {}
+    surfaces = {"kernels": kernels.source(moe_surfaces)} if kernels.source() else {}
+    prob = build_problem(cases, None, moe=moe_surfaces and bool(surfaces))
     cal, history = F.fit(prob, steps=steps, info=dict(
         data=", ".join(Path(p).name for p in paths), rows=len(cases), skipped=len(skips),
         flagged=sum(bool(c.flag) for c in cases), **surfaces))

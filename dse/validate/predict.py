@@ -114,13 +114,13 @@ def _hardware(c: Case, mode: str, with_kernels: bool):
 
 
 def problem(cases: list[Case], frameworks, families, family_of: dict[str, str],
-            with_kernels: bool = False) -> Problem:
+            with_kernels: bool = False, with_moe: bool = False) -> Problem:
     """The rows as evaluator inputs. Serving rows get their batch here: the largest the
     KV memory allows (independent of the calibration), capped at the engine's maximum.
     Rows under a request load run the load model (feature "load") on their framework's
     engine (scheduling and default caps). ``with_kernels``: matmuls priced by the measured
     GEMM surfaces of each row's device and framework (dse.catalogue.kernels) when
-    calibrated."""
+    calibrated; ``with_moe``: routed experts by its MoE surfaces too."""
     cases = tuple(cases)
     models = {}
     for c in cases:
@@ -136,7 +136,8 @@ def problem(cases: list[Case], frameworks, families, family_of: dict[str, str],
                 continue
             sub = [cases[i] for i in rows]
             point = _point(point_type, sub, model_index)
-            hardware = kernels.stack([_hardware(c, mode, with_kernels) for c in sub])
+            hardware = kernels.stack([_hardware(c, mode, with_kernels) for c in sub],
+                                     moe=with_moe)
             features = _features(sub) | ({"load"} if mode == "load" else set())
             if mode == "load" and any(c.knobs.get("spec_tokens", 0) > 0 for c in sub):
                 features = features | {"mtp"}
@@ -206,6 +207,8 @@ def metric_value(kind: str, metric: str, out: dict, point, i):
         per = out["n_devices"][i] if metric.endswith("_per_gpu") else 1.0
         if metric.startswith("input_tokens"):
             return out["request_throughput_req_s"][i] * point.input_len[i] / per
+        if metric == "total_tokens_per_s":  # prompt and output tokens
+            return out["request_throughput_req_s"][i] * (point.input_len[i] + point.output_len[i])
         return out["throughput_tok_s"][i] / per
     if metric == "ttft_ms":
         return out["ttft_s"][i] * 1e3
@@ -229,6 +232,9 @@ def metric_value(kind: str, metric: str, out: dict, point, i):
         return point.dp[i] * point.batch[i] * point.input_len[i] / out["ttft_s"][i] / per
     if metric == "requests_per_s":
         return out["throughput_tok_s"][i] / point.output_len[i]
+    if metric == "total_tokens_per_s":  # prompt and output tokens
+        return (out["throughput_tok_s"][i] * (point.input_len[i] + point.output_len[i])
+                / point.output_len[i])
     return out["throughput_tok_s"][i] / per
 
 

@@ -14,7 +14,8 @@ Metric definitions (../shared/data/README.md):
   processed in micro-batches of 512 tokens: N / TTFT.
 - ``serving_throughput`` output_tokens_per_s: TensorRT-LLM offline max throughput, the
   decode steady state at the largest batch the KV memory allows (capped at 8192):
-  batch x output_len / (TTFT + (output_len - 1) TPOT) at that batch.
+  batch x output_len / (TTFT + (output_len - 1) TPOT) at that batch;
+  ``total_tokens_per_s`` counts the prompts too: x (input_len + output_len) / output_len.
 - ``serving_latency``: a deployment under a request load (a benchmark client's
   ``--max-concurrency`` closed loop or a ``--request-rate`` open loop, MLPerf Server and
   Interactive), read off the load model (dse.formulas.load): TTFT, TPOT (= ITL), request
@@ -68,8 +69,9 @@ DISAGG_COLUMNS = ("serving", "pool", *(f"{p}_{k}" for p in ("prefill", "decode")
 # kinds, so their calibrated predictions are held out by construction.
 UNFITTED = ("serving_latency",)
 # The metrics people publish, per kind (their readings: dse.validate.predict.metric_value).
-# Inference tokens/s count output tokens (prefill: prompt tokens); "_per_gpu" divides by
-# the devices; latencies are means in milliseconds (itl_ms = tpot_ms).
+# Inference tokens/s count output tokens (prefill: prompt tokens; "total_tokens_per_s":
+# prompt and output tokens, as vllm bench serve's "Total Token throughput"); "_per_gpu"
+# divides by the devices; latencies are means in milliseconds (itl_ms = tpot_ms).
 _LATENCY = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 METRICS = {"train": ("tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
                      "tflops_per_s_per_gpu", "mfu", "step_time_s"),
@@ -77,12 +79,12 @@ METRICS = {"train": ("tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
                             *_LATENCY),
            "infer_prefill": ("tokens_per_s", "tokens_per_s_per_gpu", "ttft_ms"),
            "serving_throughput": ("output_tokens_per_s", "tokens_per_s", "tokens_per_s_per_gpu",
-                                  "requests_per_s", *_LATENCY),
+                                  "total_tokens_per_s", "requests_per_s", *_LATENCY),
            "serving_latency": (*_LATENCY, *(f"{m}_p{q}" for m in ("ttft_ms", "tpot_ms", "e2e_ms")
                                             for q in (50, 90, 99)),
                                "output_tokens_per_s", "tokens_per_s", "tokens_per_s_per_gpu",
                                "requests_per_s", "input_tokens_per_s",
-                               "input_tokens_per_s_per_gpu")}
+                               "input_tokens_per_s_per_gpu", "total_tokens_per_s")}
 # Metrics people publish that dse does not model, with why.
 _PER_TOKEN = ("per-token inter-token latency percentiles: dse gives TPOT percentiles across "
               "requests, not the distribution of the gaps between tokens")

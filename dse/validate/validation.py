@@ -49,16 +49,18 @@ def default_calibration() -> Path:
                      "a calibration file (dse calibrate DATA.csv -o FILE)")
 
 
-def build_problem(cases: list[Case], cal: C.Calibration | None) -> Problem:
+def build_problem(cases: list[Case], cal: C.Calibration | None, moe: bool = False) -> Problem:
     """The rows as evaluator inputs under ``cal``: its matmuls by the measured GEMM
-    surfaces if it was fitted with them; with no calibration (a fit to come), by the
-    shipped surfaces where there are any."""
+    surfaces if it was fitted with them (its routed experts by the MoE surfaces if it was
+    fitted with those); with no calibration (a fit to come), by the shipped surfaces
+    where there are any, the MoE ones if ``moe``."""
     frameworks = tuple(dict.fromkeys(c.framework for c in cases))
     families = tuple(dict.fromkeys(C.FAMILY_OF[c.hardware] for c in cases
                                    if c.hardware in C.FAMILY_OF))
     family_of = dict(C.FAMILY_OF, **(cal.family_of if cal else {}))
     with_kernels = kernels.uses_kernels(cal) if cal is not None else kernels.source() is not None
-    return problem(cases, frameworks, families, family_of, with_kernels)
+    with_moe = kernels.uses_moe(cal) if cal is not None else moe
+    return problem(cases, frameworks, families, family_of, with_kernels, with_moe)
 
 
 def fitting(cases: list[Case]) -> tuple[list[Case], list[Skip]]:

@@ -161,3 +161,105 @@ def test_a_card_naming_a_device_without_tables_is_one_line(tmp_path):
     assert "my-h200.toml" in lines[0] and "h200" in lines[0].split("'h300'")[-1]
     # named right, the card's matmuls run on H200's tables
     assert kernels.surfaces().table_of("my-h200", "vllm", "h200")[1] == "h200/vllm"
+
+
+# aiconfigurator-core 0.12.0, systems/data/h200_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet
+# (Apache-2.0): DeepSeek-V3's routed experts (hidden 7168, expert width 2048, top-8 of 256,
+# block-scaled FP8, CUTLASS) on one H200 of an EP-8 group, routing balanced, measured
+# latency in ms by the tokens entering the group.
+# The tolerance: 15% where the kernel streams its experts; 35% at 4,096 tokens (128 rows
+# per expert, compute-bound), where the surface's three axes merge DeepSeek's block-scaled
+# GEMMs (a quarter of the FP8 peak) with the faster ones of other models at the same shape.
+MEASURED_H200_TRTLLM_MOE = [(8, 0.113717, 0.15), (64, 0.361376, 0.15), (512, 0.396517, 0.15),
+                            (4096, 0.725787, 0.35)]
+
+
+def _moe_rates(hardware: str, framework: str) -> Rates:
+    surf = kernels.surfaces()
+    t = int(kernels.table_index(hardware, framework))
+    return _rates(hardware, framework, 8, 8)._replace(
+        moe_surface=jnp.asarray(surf.moe_efficiency[[t]]))
+
+
+@pytest.mark.parametrize("tokens, ms, tolerance", MEASURED_H200_TRTLLM_MOE)
+def test_routed_experts_take_the_measured_moe_kernel_time(tokens, ms, tolerance):
+    """By hand at 64 tokens: 64 x 8 / 8 = 64 token-expert rows on the device, a new expert
+    for each until its 32 are all in use, so the kernel streams 32 x 3 x 7168 x 2048 bytes
+    = 1.41 GB: 0.294 ms at 4.8 TB/s, 0.81 of the measured 0.361 ms. The evaluator prices
+    the two grouped GEMMs at that shape through the MoE surface, which was built from
+    these rows: within 15% of each where the experts stream, 35% where they compute (the
+    surface smooths across the table's other models)."""
+    rows, hit, width, shape = kernel_build.moe_shape(float(tokens), 7168.0, 2048.0, 8.0,
+                                                     256.0, 1.0, 8.0)
+    if tokens == 64:
+        assert (rows, hit) == (64.0, 32.0)
+        assert 32 * 3 * 7168 * 2048 / 4.8e12 == pytest.approx(0.294e-3, rel=2e-3)
+    rates = _moe_rates("h200", "trtllm")._replace(kernel_slot=2.0)  # fp8_block
+    up = op.grouped_matmul(rows, 7168.0, 2.0 * width, hit, 8.0, 8.0)
+    down = op.grouped_matmul(rows, width, 7168.0, hit, 8.0, 8.0)
+    total = sum(float(parts.of(c._replace(shape=shape + c.shape, surface="moe"), rates).time_s)
+                for c in (up, down))
+    assert total == pytest.approx(ms * 1e-3, rel=tolerance)
+    # without the MoE surface the same matmuls read the GEMM surface at their own shapes
+    plain = rates._replace(moe_surface=None)
+    gemm = sum(float(parts.of(c._replace(shape=shape + c.shape, surface="moe"), plain).time_s)
+               for c in (up, down))
+    assert gemm == pytest.approx(sum(float(parts.of(c, plain).time_s) for c in (up, down)))
+
+
+def test_the_moe_surface_is_read_as_the_builder_interpolates_it():
+    """The evaluator's read (JAX, dse.formulas.roofline.surface_efficiency on the MoE grid)
+    and the builder's (NumPy, kernel_build.interpolate) agree off the nodes, clamped at
+    the edges too."""
+    surf = kernels.surfaces()
+    t = int(kernels.table_index("b200", "sglang"))
+    grid = surf.moe_efficiency[t, 3]
+    shapes = [(3.3, 40000.0, 5000.0), (700.0, 3e6, 7168.0), (0.2, 90.0, 900.0),
+              (17.0, 1536.0 * 12, 4096.0)]
+    rates = _moe_rates("b200", "sglang")._replace(kernel_slot=3.0)
+    for m, n, k in shapes:
+        expected = kernel_build.interpolate(grid, m, n, k, kernels.MOE_AXES)
+        got = parts.surface_efficiency(rates.moe_surface, 0.0, 3.0, m, n, k,
+                                       axes=parts.MOE_SURFACE_AXES)
+        assert float(got) == pytest.approx(float(expected), rel=1e-5)
+
+
+def test_the_moe_manifest_states_its_source_and_holdout():
+    """Held out (every fifth shape of each table): the MoE surfaces' median errors are
+    6-9% per slot and their p90 32-48% (the latest build; issue 35 asks 5% and 15%): a
+    device's routed experts are more than three numbers (expert width and count trade at
+    one total width). Bounds a little above the build's, so a worse builder fails."""
+    moe = json.loads((ROOT / "kernels" / "manifest.json").read_text())["moe"]
+    assert "moe_perf.parquet" in moe["licence"] and "Apache License" in moe["licence"]
+    for slot, r in moe["holdout"].items():
+        assert r["median"] <= 0.10 and r["p90"] <= 0.50, (slot, r)
+    assert {e["from_backend"] for e in moe["tables"]} <= {"trtllm", "vllm", "sglang"}
+
+
+def test_a_calibration_fitted_with_moe_surfaces_prices_the_routed_experts_by_them(tmp_path):
+    """The MoE surfaces are opt-in (dse calibrate --moe-surfaces records them in the
+    calibration's ``kernels``): under the shipped calibration a DeepSeek-V3 decode reads
+    its experts off the GEMM surface; under the same calibration marked as fitted with the
+    MoE surfaces only the MoE component moves (the attention, the projections and the
+    collectives are bit for bit the same), and the Dataset names the MoE tables' source."""
+    from dse.study import parse_study
+    from dse.run.sweep import sweep
+
+    text = (ROOT / "calibrations" / "public.toml").read_text()
+    assert "GEMM surfaces" in text and kernels.MOE_WORDS not in text
+    moe = tmp_path / "moe.toml"
+    moe.write_text(text.replace("GEMM surfaces", kernels.MOE_WORDS))
+    study = ('[study]\nname = "t"\ndtype = "float64"\ncalibration = "{}"\nframework = "tensorrt-llm"\n'
+             '[axes]\nmodel = "deepseek-v3"\nhardware = "h200"\ntp = 8\nep = 8\n'
+             'weight_bits = 8\nact_bits = 8\nbatch = 64\ninput_len = 1024\noutput_len = 256\n'
+             '[output]\nbreakdown = true\n')
+    plain, routed = (sweep(parse_study(study.format(p), "<t>"), progress=False).squeeze()
+                     for p in (ROOT / "calibrations" / "public.toml", moe))
+    assert "moe_perf.parquet" in routed.attrs["kernel_source"]
+    assert "moe_perf.parquet" not in plain.attrs["kernel_source"]
+    comp = {c: (float(plain.component_s.sel(phase="decode", component=c)),
+                float(routed.component_s.sel(phase="decode", component=c)))
+            for c in plain.component.values}
+    assert comp["moe"][0] != comp["moe"][1]
+    for c in ("attention", "qkv_proj", "o_proj", "ep_comm"):
+        assert comp[c][0] == comp[c][1], c

@@ -37,7 +37,7 @@ ROWS = [
            hardware="h200", n_devices="8", tp="8", precision="fp8", input_len="1000",
            output_len="1000", metric=m, value=v)
       for m, v in (("output_tokens_per_s", "20000"), ("tokens_per_s_per_gpu", "2500"),
-                   ("requests_per_s", "20"))],
+                   ("requests_per_s", "20"), ("total_tokens_per_s", "40000"))],
     # training at scale, micro-batch not stated: Megatron-LM's default is assumed
     *[_row(id=f"train-{m}", kind="train", source="Megatron-Bridge performance summary",
            model="Llama-3-70B", hardware="h100-sxm", n_devices="64", tp="8", pp="8",
@@ -99,7 +99,8 @@ def _pred(v, rid):
 def test_metrics_are_read_consistently(result):
     """Identities derived by hand between readings of one run: decode tokens/s x
     TPOT = batch; ITL is TPOT; a system's tokens/s is per-GPU tokens/s x GPUs; requests/s
-    = output tokens/s / output length; training tokens/s = per GPU x 64 GPUs and = global
+    = output tokens/s / output length; total tokens/s = output tokens/s x (input +
+    output) / output; training tokens/s = per GPU x 64 GPUs and = global
     batch x sequence / step time."""
     _, v = result
     assert _pred(v, "dec-toks") * _pred(v, "dec-tpot") / 1e3 == pytest.approx(4.0, rel=1e-9)
@@ -108,6 +109,9 @@ def test_metrics_are_read_consistently(result):
         8 * _pred(v, "srv-tokens_per_s_per_gpu"), rel=1e-9)
     assert _pred(v, "srv-requests_per_s") == pytest.approx(
         _pred(v, "srv-output_tokens_per_s") / 1000, rel=1e-9)
+    # vllm bench serve's "Total Token throughput" counts the 1000 prompt tokens too
+    assert _pred(v, "srv-total_tokens_per_s") == pytest.approx(
+        _pred(v, "srv-output_tokens_per_s") * (1000 + 1000) / 1000, rel=1e-9)
     per_gpu, job = _pred(v, "train-tokens_per_s_per_gpu"), _pred(v, "train-tokens_per_s")
     assert job == pytest.approx(64 * per_gpu, rel=1e-9)
     assert job * _pred(v, "train-step_time_s") == pytest.approx(128 * 4096, rel=1e-9)
