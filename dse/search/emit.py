@@ -26,7 +26,9 @@ FLAGS = {
     # --headless on the nodes after the first) and docs/serving/distributed_serving.md (a
     # Ray cluster, --distributed-executor-backend ray, for a tp x pp beyond one node);
     # vllm bench serve: vllm/benchmarks/serve.py and datasets.py (random dataset)
-    "vllm": {"--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size",
+    # EPLB: --enable-eplb and --eplb-config's JSON (config/parallel.py EPLBConfig,
+    # num_redundant_experts; docs/serving/expert_parallel_deployment.md)
+    "vllm": {"--enable-eplb", "--eplb-config","--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size",
              "--enable-expert-parallel", "--max-num-seqs", "--max-num-batched-tokens",
              "--kv-cache-dtype", "--quantization", "--max-model-len",
              "--gpu-memory-utilization", "--kv-transfer-config", "--speculative-config",
@@ -66,7 +68,7 @@ FLAGS = {
                "--request-rate", "--request-count"},
     # NVIDIA Dynamo 1.6.1, dynamo/vllm/backend_args.py and args.py (the worker takes
     # vLLM's engine flags); DynamoGraphDeployment manifests (docs.nvidia.com/dynamo)
-    "dynamo": {"--model", "--disaggregation-mode", "--tensor-parallel-size",
+    "dynamo": {"--model", "--disaggregation-mode", "--enable-eplb", "--eplb-config", "--tensor-parallel-size",
                "--pipeline-parallel-size", "--data-parallel-size", "--enable-expert-parallel",
                "--max-num-seqs", "--max-num-batched-tokens", "--kv-cache-dtype",
                "--quantization", "--max-model-len", "--gpu-memory-utilization",
@@ -84,7 +86,11 @@ TRTLLM_KEYS = {"enable_attention_dp", "enable_chunked_prefill", "kv_cache_config
                "disable_overlap_scheduler", "hostname", "port", "context_servers",
                "generation_servers", "num_instances", "urls", "speculative_config",
                "decoding_type", "num_nextn_predict_layers", "attention_dp_config",
-               "enable_balance", "batching_wait_iters", "timeout_iters"}
+               "enable_balance", "batching_wait_iters", "timeout_iters",
+               # EPLB: moe_config.load_balancer (llm_args.py MoeConfig and
+               # MoeLoadBalancerConfig: num_slots physical experts, layer_updates_per_iter;
+               # examples/wide_ep)
+               "moe_config", "load_balancer", "num_slots", "layer_updates_per_iter"}
 # DynamoGraphDeployment keys (the CRD's manifests)
 DYNAMO_KEYS = {"apiVersion", "kind", "metadata", "name", "spec", "services", "componentType",
                "subComponentType", "replicas", "resources", "limits", "gpu",
@@ -145,6 +151,7 @@ class Deployment:
     output_len: int = 128
     input_cv: float = 0.0
     output_cv: float = 0.0
+    experts: int = 0  # routed experts per MoE layer (the model's)
 
     @property
     def disagg(self) -> bool:
@@ -192,7 +199,8 @@ def deployments(result, top: int = 3) -> list[Deployment]:
                               i("ep_redundant_experts"), float(k.get("concurrency") or 0.0),
                               float(k.get("request_rate") or 0.0), i("input_len", 512),
                               i("output_len", 128), float(k.get("input_len_cv") or 0.0),
-                              float(k.get("output_len_cv") or 0.0)))
+                              float(k.get("output_len_cv") or 0.0),
+                              experts=int(card.fields.get("n_experts") or 0)))
     return out
 
 
@@ -226,6 +234,9 @@ def _vllm_args(d: Deployment, p: Pool, dynamo: bool = False) -> list[str]:
     if d.spec_tokens and p.role != "prefill":
         args += ["--speculative-config",
                  json.dumps({"method": "mtp", "num_speculative_tokens": d.spec_tokens})]
+    if d.moe and p.ep > 1 and d.redundant:
+        args += ["--enable-eplb", "--eplb-config",
+                 json.dumps({"num_redundant_experts": d.redundant})]
     if p.role != "agg":
         role = "kv_producer" if p.role == "prefill" else "kv_consumer"
         args += ["--kv-transfer-config",
@@ -278,6 +289,9 @@ def _trtllm_options(d: Deployment, p: Pool) -> dict:
     if d.spec_tokens and p.role != "prefill":
         opts["speculative_config"] = {"decoding_type": "MTP",
                                       "num_nextn_predict_layers": d.spec_tokens}
+    if d.moe and p.ep > 1 and d.redundant:  # the physical experts: routed + redundant
+        opts["moe_config"] = {"load_balancer": {"num_slots": d.experts + d.redundant,
+                                                "layer_updates_per_iter": 1}}
     if p.role != "agg":
         opts["cache_transceiver_config"] = {"backend": "DEFAULT"}
         if p.role == "prefill":
@@ -523,9 +537,10 @@ def _readme(d: Deployment, fmt: str) -> str:
     if d.spec_tokens:
         lines += ["", f"Speculative decoding: {d.spec_tokens} MTP draft token(s) per decode "
                   "step, the model's own draft layer (a checkpoint that ships it)."]
-    if d.redundant and d.moe and fmt != "sglang":
-        lines += ["", f"Redundant experts: {d.redundant} copies per MoE layer (EPLB) were "
-                  f"assumed; set them in {fmt}'s expert load balancer (not written here)."]
+    if d.redundant and d.moe:
+        lines += ["", f"Redundant experts: {d.redundant} copies per MoE layer (EPLB) on the "
+                  "workers whose experts span several devices, written as the engine's "
+                  "expert load balancer."]
     if any(p.nodes > 1 for p in d.pools):
         lines += ["", "A worker over several nodes is launched the engine's own way (vLLM: DP "
                   "ranks per node with --headless on the others, or a Ray cluster; SGLang: "

@@ -139,8 +139,10 @@ def test_speculative_decoding_and_redundant_experts_reach_the_launch_files(fmt, 
     """A deployment searched with spec_tokens = 2 and 32 redundant experts: the decode
     pool's command drafts 2 tokens in each engine's own terms (SGLang: EAGLE over the
     model's draft layer, 2 steps, 3 tokens verified; vLLM and Dynamo: method "mtp";
-    TensorRT-LLM: decoding_type MTP), the prefill pool does not speculate, SGLang writes
-    the EPLB flags, and every flag and key is in the sourced tables."""
+    TensorRT-LLM: decoding_type MTP), the prefill pool does not speculate, the workers
+    whose experts span devices write the EPLB settings in each engine's terms (SGLang's
+    flags, vLLM's --eplb-config, TensorRT-LLM's load balancer of 256 + 32 = 288 slots),
+    and every flag and key is in the sourced tables."""
     text = DISAGG.replace("request_rate = 8", "request_rate = 8\nspec_tokens = 2\n"
                           "ep_redundant_experts = 32")
     files = {p.name: p.read_text() for p in emit(_result(text, {"tpot_s": 0.01}), fmt,
@@ -162,6 +164,9 @@ def test_speculative_decoding_and_redundant_experts_reach_the_launch_files(fmt, 
         spec = json.loads(decode[decode.index("--speculative-config") + 1])
         assert spec == {"method": "mtp", "num_speculative_tokens": 2}
         assert "Redundant experts: 32" in files["README.md"]
+        eplb = json.loads(decode[decode.index("--eplb-config") + 1])
+        assert eplb == {"num_redundant_experts": 32} and "--enable-eplb" in decode
+        assert "--eplb-config" in prefill  # tp 8, ep 8: its experts span the devices too
     if fmt == "sglang":
         prefill, decode, _ = commands
         assert "--speculative-algorithm" not in prefill
@@ -174,6 +179,8 @@ def test_speculative_decoding_and_redundant_experts_reach_the_launch_files(fmt, 
                                                 "num_nextn_predict_layers": 2}
         assert "speculative_config" not in yaml.safe_load(files["prefill.yml"])
         assert _keys(decode) <= TRTLLM_KEYS
+        assert decode["moe_config"] == {"load_balancer": {"num_slots": 288,
+                                                          "layer_updates_per_iter": 1}}
 
 
 def test_trtllm_attention_dp_writes_the_context_balancing_the_model_assumes(tmp_path):
