@@ -114,6 +114,16 @@ BERT_BASE = {"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden
     (BERT_BASE, "model_type", "'bert' is an encoder or encoder-decoder model"),
     (dict(LLAMA_2_7B_HF, hidden_size=1e12), "hidden_size", "value 1000000000000.0 is not valid"),
     (dict(LLAMA_2_7B_HF, num_hidden_layers="32"), "num_hidden_layers", "value '32' is not valid"),
+    # issue 40: fields that change what a layer computes are refused, not ignored. As in
+    # nvidia/Nemotron-H-56B-Base-8K (Mamba-2 layers "M" among attention "*" and MLP "-"),
+    # nvidia/Llama-3_3-Nemotron-Super-49B-v1 (a shape per layer) and a layer type no
+    # reader models
+    (dict(LLAMA_2_7B_HF, model_type="nemotron_h", hybrid_override_pattern="M-M-M*-M-M-"),
+     "hybrid_override_pattern", "the model has state-space (Mamba-2) layers"),
+    (dict(LLAMA_2_7B_HF, model_type="nemotron-nas", block_configs=[{"attention": {}}] * 32),
+     "block_configs", "the model has a different attention and MLP shape in each layer"),
+    (dict(LLAMA_2_7B_HF, layer_types=["full_attention", "mamba"] * 16), "layer_types",
+     "layers of type mamba, which dse does not model"),
 ])
 def test_a_config_dse_cannot_cost_is_refused_by_name(config, key, problem, tmp_path, capsys):
     # issue 36 row 12: a BertModel's config was costed as a decoder, and hidden_size 1e12

@@ -361,6 +361,22 @@ _ENCODER_TYPES = frozenset({
     "whisper", "encoder-decoder", "vit", "clip", "siglip"})
 
 
+# Config keys that change what a layer computes in ways dse does not model: read as a
+# plain transformer, such a model's numbers would be wrong without a word (issue 40:
+# an unknown field that changes cost is an error, not a guess).
+_UNMODELLED_KEYS = {
+    "hybrid_override_pattern": "state-space (Mamba-2) layers mixed with attention and MLP "
+                               "layers by a pattern (Nemotron-H, Nemotron-3)",
+    "ssm_state_size": "state-space (Mamba) layers",
+    "block_configs": "a different attention and MLP shape in each layer (Llama-Nemotron "
+                     "NAS models)",
+    "hybrid_layer_pattern": "sliding-window layers with head counts of their own (MiMo-V2)",
+}
+# layer_types values the reader models: full, sliding-window, linear and DSA attention
+_LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "linear_attention",
+                          "deepseek_sparse_attention"})
+
+
 def card_from_hf_config(config: Mapping[str, Any], file: str, name: str) -> ModelCard:
     """Translate a Hugging Face ``config.json`` into a catalogue card.
 
@@ -381,6 +397,16 @@ def card_from_hf_config(config: Mapping[str, Any], file: str, name: str) -> Mode
         raise InputError(file, "model_type", f"{model_type or 'an encoder-decoder'!r} is an "
                          "encoder or encoder-decoder model, which dse does not cost",
                          "a config.json of a decoder-only transformer")
+    for key, what in _UNMODELLED_KEYS.items():
+        if config.get(key) not in (None, "", [], 0):
+            raise InputError(file, key, f"the model has {what}, which dse does not model",
+                             "a decoder-only transformer of full, sliding-window, linear or "
+                             "sparse attention layers")
+    layer_types = config.get("layer_types")
+    if isinstance(layer_types, list) and not set(map(str, layer_types)) <= _LAYER_TYPES:
+        unknown = sorted(set(map(str, layer_types)) - _LAYER_TYPES)
+        raise InputError(file, "layer_types", f"layers of type {', '.join(unknown)}, which "
+                         "dse does not model", ", ".join(sorted(_LAYER_TYPES)))
     for key, candidates in _HF_KEYS.items():
         for candidate in candidates:
             value = config.get(candidate)
