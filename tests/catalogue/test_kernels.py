@@ -125,9 +125,16 @@ def _catalogue_with(tmp_path, damage):
     return root
 
 
+def _moe_axes_changed(folder):
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["moe"]["axes"]["k"]["log2_last"] = 15.0  # not the evaluator's MoE grid
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
 @pytest.mark.parametrize("damage, said", [
     (lambda d: (d / "gemm.npz").write_bytes(b"not the file"), "sha256"),
     (lambda d: (d / "manifest.json").write_text("{"), "manifest"),
+    (_moe_axes_changed, "moe"),
 ])
 def test_a_surface_file_that_does_not_match_its_manifest_is_one_line(tmp_path, damage, said):
     root = _catalogue_with(tmp_path, damage)
