@@ -297,8 +297,9 @@ def _hf_layer_pattern(config: Mapping[str, Any], model_type: str, out: dict) -> 
             extra["linear_state_bits"] = 32
     if config.get("use_qk_norm") and not model_type.startswith("llama4"):
         extra["qk_norm"] = True  # Llama 4's is a weightless L2 norm
-    if model_type in {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text", "qwen3_5_moe"}:
-        extra["qk_norm"] = True
+    if model_type in {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text", "qwen3_5_moe",
+                      "qwen3_5", "qwen3_5_text", "qwen3_vl_text", "qwen3_vl_moe_text"}:
+        extra["qk_norm"] = True  # per-head RMSNorm on q and k (every Qwen3 decoder)
     return extra
 
 
@@ -371,6 +372,14 @@ _UNMODELLED_KEYS = {
     "block_configs": "a different attention and MLP shape in each layer (Llama-Nemotron "
                      "NAS models)",
     "hybrid_layer_pattern": "sliding-window layers with head counts of their own (MiMo-V2)",
+    "attention_other_setting": "sliding-window layers with head counts of their own "
+                               "(Step-3.7)",
+    "global_head_dim": "global-attention layers with a head size of their own (Gemma 4)",
+    "num_global_key_value_heads": "global-attention layers with KV heads of their own "
+                                  "(Gemma 4)",
+    "dense_intermediate_size": "dense layers wider than the experts' intermediate_size "
+                               "(MiniMax-M3)",
+    "sparse_attention_config": "a sparse attention (MiniMax-M3's) other than DeepSeek's DSA",
 }
 # layer_types values the reader models: full, sliding-window, linear and DSA attention
 _LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "linear_attention",
