@@ -124,6 +124,9 @@ BERT_BASE = {"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden
      "block_configs", "the model has a different attention and MLP shape in each layer"),
     (dict(LLAMA_2_7B_HF, layer_types=["full_attention", "mamba"] * 16), "layer_types",
      "layers of type mamba, which dse does not model"),
+    # google/gemma-4-31B-it: its global-attention layers have a head size of their own
+    (dict(LLAMA_2_7B_HF, model_type="gemma4_text", global_head_dim=512), "global_head_dim",
+     "the model has global-attention layers with a head size of their own"),
 ])
 def test_a_config_dse_cannot_cost_is_refused_by_name(config, key, problem, tmp_path, capsys):
     # issue 36 row 12: a BertModel's config was costed as a decoder, and hidden_size 1e12
