@@ -177,17 +177,34 @@ class _Unscorable(ValueError):
 
 def _tokens(text: str) -> list[str]:
     text = re.sub(r"\(.*?\)", " ", text.lower())
+    # what sources add beside the name: GPU core counts ("76-Core GPU"), the rack's NVLink
+    # domain ("NVL72"); a memory size is read apart (the memory kind, "HBM3", stays a word
+    # to match: it tells an H100 SXM from a PCIe card)
+    text = re.sub(r"\b\d+[\s-]*core\b|\bgpu\b|\bnvl\d+\b", " ", text)
     return [t for t in re.split(r"[\s\-_/,]+", text) if t and t not in ("nvidia", "geforce")]
+
+
+def _memory_fits(token: str, card) -> bool:
+    """A memory size a source writes ("192GB") is the card's, in GB or GiB (6%: vendors
+    round, and "141GB" cards are GiB), where the card's names do not spell it."""
+    size = re.fullmatch(r"(\d+)gb", token)
+    if not size or "memory_gib" not in card.fields:
+        return False
+    gib = float(card.fields["memory_gib"])
+    return any(abs(float(size.group(1)) * scale / gib - 1.0) <= 0.06
+               for scale in (1.0, 1e9 / 2 ** 30))
 
 
 def match_hardware(text: str, cards=None) -> str | None:
     """The catalogue device a free-text name denotes: every token of the text is a
-    prefix of a token of the device's name or long name; the fewest extra tokens wins."""
+    prefix of a token of the device's name or long name (a memory size may be the
+    card's memory instead); the fewest extra tokens wins, and a tie is no answer (the
+    caller says which names it may be)."""
     want = _tokens(text)
     best, best_extra, tie = None, None, False
     for card in cards if cards is not None else all_hardware():
         have = set(_tokens(card.long_name)) | set(_tokens(card.name.replace("-", " ")))
-        if all(any(h.startswith(w) for h in have) for w in want):
+        if all(any(h.startswith(w) for h in have) or _memory_fits(w, card) for w in want):
             extra = len(have) - len(want)
             if best_extra is None or extra < best_extra:
                 best, best_extra, tie = card.name, extra, False

@@ -85,6 +85,16 @@ def test_hardware_names_match_the_catalogue():
     assert match_hardware("A100 SXM 80GB") == "a100-80gb"
     assert match_hardware("A100 PCIe 80GB") == "a100-pcie-80gb"
     assert match_hardware("RTX 4000 Ada 20GB") == "rtx-4000-ada"
+    # issue 40: names as sources write them, with the memory size, the GPU's core count
+    # and the rack's NVLink domain beside the name (the memory matched in GB or GiB)
+    assert match_hardware("GB200-192GB (NVL72)") == "gb200"
+    assert match_hardware("NVIDIA GB200 NVL72") == "gb200"
+    assert match_hardware("Apple M2 Ultra 76-Core GPU 192GB") == "m2-ultra"
+    assert match_hardware("M3 Max 40-Core GPU") == "m3-max"
+    assert match_hardware("MI300X 192GB") == "mi300x"
+    # a size two cards share names neither: SXM or PCIe, H200 SXM or NVL
+    assert match_hardware("A100 80GB") is None and match_hardware("H200 141GB") is None
+    assert match_hardware("H100 80GB HBM3") is None  # the nvidia-smi string is an alias
     assert match_hardware("H100-SXM5-80GB") == "h100-sxm"
     assert match_hardware("Quantum Abacus 9000") is None
 
