@@ -95,13 +95,13 @@ FLOORS = {"hbm_efficiency": 0.5}
 # these gets its framework's base.
 FAMILIES = {
     "nvidia-ampere": ("a100-40gb", "a100-80gb", "a100-pcie-80gb", "a10g", "a40", "rtx-a6000"),
-    "nvidia-ampere-geforce": ("rtx-3070", "rtx-3080", "rtx-3080-ti", "rtx-3090"),
+    "nvidia-ampere-geforce": ("rtx-3060", "rtx-3070", "rtx-3080", "rtx-3080-ti", "rtx-3090"),
     "nvidia-ada": ("l4", "l40s", "rtx-4000-ada", "rtx-5000-ada", "rtx-6000-ada"),
     "nvidia-ada-geforce": ("rtx-4070-ti", "rtx-4080", "rtx-4090"),
     "nvidia-hopper": ("h100-sxm", "h100-pcie", "h100-nvl", "h200", "h200-nvl", "h20", "gh200"),
     "nvidia-blackwell": ("b200", "b300", "gb200", "gb300"),
     "nvidia-blackwell-pro": ("rtx-pro-6000-blackwell-server",),
-    "nvidia-blackwell-geforce": ("rtx-5090",),
+    "nvidia-blackwell-geforce": ("rtx-5080", "rtx-5090"),
     "amd-cdna": ("mi250x", "mi300x", "mi325x", "mi355x"),
     "other-accelerator": ("gaudi2", "gaudi3", "inferentia2", "trainium1", "trainium2",
                           "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "ascend-910b",

@@ -67,7 +67,11 @@ NEAREST_SYSTEM = {
     "rtx-4000-ada": "l40s", "rtx-5000-ada": "l40s", "rtx-6000-ada": "l40s",
     "rtx-3070": "l40s", "rtx-3080": "l40s", "rtx-3080-ti": "l40s", "rtx-3090": "l40s",
     "rtx-4070-ti": "l40s", "rtx-4080": "l40s", "rtx-4090": "l40s",
-    "rtx-5090": "rtx-pro-6000-blackwell-server",
+    "rtx-5090": "rtx-pro-6000-blackwell-server", "rtx-5080": "rtx-pro-6000-blackwell-server",
+    "rtx-3060": "l40s",
+    # DGX Spark's GB10: a Blackwell GPU of the RTX PRO 6000's generation (sm_12x); Jetson
+    # Orin's integrated Ampere GPU has no measured stand-in (the calibrated rate)
+    "dgx-spark": "rtx-pro-6000-blackwell-server",
     "mi250x": "a100-80gb", "mi300x": "h100-sxm", "mi325x": "h200", "mi355x": "b200",
     "gaudi2": "a100-80gb", "gaudi3": "h100-sxm", "tpu-v4": "a100-80gb",
     "tpu-v5e": "a100-80gb", "tpu-v5p": "h100-sxm", "tpu-v6e": "h100-sxm",

@@ -95,6 +95,10 @@ def test_hardware_names_match_the_catalogue():
     # a size two cards share names neither: SXM or PCIe, H200 SXM or NVL
     assert match_hardware("A100 80GB") is None and match_hardware("H200 141GB") is None
     assert match_hardware("H100 80GB HBM3") is None  # the nvidia-smi string is an alias
+    # devices issue 40 names, with cards now
+    assert match_hardware("RTX 5080") == "rtx-5080" and match_hardware("RTX 3060") == "rtx-3060"
+    assert match_hardware("DGX Spark") == "dgx-spark"
+    assert match_hardware("Jetson AGX Orin 64GB") == "jetson-agx-orin"
     assert match_hardware("H100-SXM5-80GB") == "h100-sxm"
     assert match_hardware("Quantum Abacus 9000") is None
 
