@@ -113,37 +113,43 @@ def grid_of(m, n, k, log_eff):
                      for i in range(len(mn))])
 
 
-def read_tables(data: Path, catalogue_spec):
-    """{(system, backend): (version, {slot: DataFrame of m, n, k, latency_s, efficiency})}."""
-    import pandas as pd
-    out = {}
+def _upstream(data: Path, op: str, file: str, catalogue_spec):
+    """(system, its catalogue spec, backend folder, its version folders holding ``file``,
+    oldest first) for every catalogue system's measured tables of ``op``."""
     for system, hardware in SYSTEMS.items():
         spec = catalogue_spec(hardware)
         if spec is None:
             continue
-        for backend_dir in sorted((data / system / "gemm").glob("*")):
-            versions = sorted((v for v in backend_dir.iterdir()
-                               if (v / "gemm_perf.parquet").is_file()),
+        for backend_dir in sorted((data / system / op).glob("*")):
+            versions = sorted((v for v in backend_dir.iterdir() if (v / file).is_file()),
                               key=lambda v: _version_key(v.name))
-            if not versions:
+            if versions:
+                yield system, spec, backend_dir, versions
+
+
+def read_tables(data: Path, catalogue_spec):
+    """{(system, backend): (version, {slot: DataFrame of m, n, k, latency_s, efficiency})}."""
+    import pandas as pd
+    out = {}
+    for system, spec, backend_dir, versions in _upstream(data, "gemm", "gemm_perf.parquet",
+                                                         catalogue_spec):
+        newest = versions[-1]
+        df = pd.read_parquet(newest / "gemm_perf.parquet",
+                             columns=["gemm_dtype", "m", "n", "k", "latency"])
+        slots = {}
+        for slot in SLOTS:
+            d = df[df.gemm_dtype == UPSTREAM[slot]]
+            d = d[(d.latency > 0) & np.isfinite(d.latency)]
+            if len(d) < 100:
                 continue
-            newest = versions[-1]
-            df = pd.read_parquet(newest / "gemm_perf.parquet",
-                                 columns=["gemm_dtype", "m", "n", "k", "latency"])
-            slots = {}
-            for slot in SLOTS:
-                d = df[df.gemm_dtype == UPSTREAM[slot]]
-                d = d[(d.latency > 0) & np.isfinite(d.latency)]
-                if len(d) < 100:
-                    continue
-                d = d.groupby(["n", "k", "m"], as_index=False).latency.median()
-                m, n, k = (d[c].to_numpy(float) for c in ("m", "n", "k"))
-                lat = d.latency.to_numpy(float) * 1e-3  # upstream milliseconds
-                eff = roofline_s(spec, m, n, k, slot) / lat
-                slots[slot] = dict(m=m, n=n, k=k, latency_s=lat, efficiency=eff,
-                                   roofline_s=lat * eff)
-            if slots:
-                out[(system, backend_dir.name)] = (newest.name, slots)
+            d = d.groupby(["n", "k", "m"], as_index=False).latency.median()
+            m, n, k = (d[c].to_numpy(float) for c in ("m", "n", "k"))
+            lat = d.latency.to_numpy(float) * 1e-3  # upstream milliseconds
+            eff = roofline_s(spec, m, n, k, slot) / lat
+            slots[slot] = dict(m=m, n=n, k=k, latency_s=lat, efficiency=eff,
+                               roofline_s=lat * eff)
+        if slots:
+            out[(system, backend_dir.name)] = (newest.name, slots)
     return out
 
 
@@ -228,64 +234,59 @@ def scattered_grid(m, n, k, log_eff, axes):
 def read_moe_tables(data: Path, catalogue_spec):
     """{(system, backend): {slot: (version, DataFrame-like dict of m, n, k, latency_s,
     efficiency, roofline_s)}} from the measured MoE tables (``moe_perf.parquet``): for
-    each slot the newest version that measured one of its dtypes (:data:`MOE_UPSTREAM`),
+    each slot the version that measured the most shapes of its first dtype measured
+    (:data:`MOE_UPSTREAM`; the newest of equals),
     routing balanced across experts (the smallest power law where a table has no
     balanced rows: dse's ``moe_imbalance`` adds the skew), the fastest kernel the engine
     offers at each shape (its MoE backends: CUTLASS, DeepGEMM, Triton, FlashInfer...)."""
     import pandas as pd
     out = {}
-    for system, hardware in SYSTEMS.items():
-        spec = catalogue_spec(hardware)
-        if spec is None:
-            continue
-        for backend_dir in sorted((data / system / "moe").glob("*")):
-            versions = sorted((v for v in backend_dir.iterdir()
-                               if (v / "moe_perf.parquet").is_file()),
-                              key=lambda v: _version_key(v.name))
-            frames = [(v.name, pd.read_parquet(v / "moe_perf.parquet", columns=MOE_COLUMNS))
-                      for v in versions]
-            slots = {}
-            for slot in SLOTS:
-                pick = None
-                for dtype in MOE_UPSTREAM[slot]:
-                    found = [(version, df[(df.moe_dtype == dtype) & (df.latency > 0)
-                                          & np.isfinite(df.latency)]) for version, df in frames]
-                    # the version that measured the most shapes (the newest of equals):
-                    # a release candidate that re-measured one kernel is not the table
-                    found = [f for f in found if len(f[1]) >= 100]
-                    if found:
-                        pick = max(reversed(found), key=lambda f: len(f[1]))
-                        break
-                if pick is None:
-                    continue
-                version, d = pick
-                laws = sorted(d.distribution.unique(), key=lambda x: (
-                    x != "balanced", x != "uniform",
-                    float(x.split("_")[-1]) if x.startswith("power_law_") else 9.0))
-                d = d[d.distribution == laws[0]]
-                balanced = laws[0] == "balanced"
-                d = d.assign(matrices=np.where(d.kernel_source.str.contains("nongated"), 2.0, 3.0))
-                d = d.groupby(["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
-                               "moe_ep_size", "matrices", "num_tokens"],
-                              as_index=False).latency.min()
-                cols = {c: d[c].to_numpy(float) for c in d.columns}
-                rows, hit, width, (m, n, k) = moe_shape(
-                    cols["num_tokens"], cols["hidden_size"], cols["inter_size"], cols["topk"],
-                    cols["num_experts"], cols["moe_tp_size"], cols["moe_ep_size"], balanced)
-                lat = cols["latency"] * 1e-3  # upstream milliseconds
-                roof = moe_roofline_s(spec, rows, hit, width, k, cols["matrices"], slot)
-                # one efficiency per surface shape (different expert counts and top-k can
-                # give one (m, n, k)): their median in the log
-                g = pd.DataFrame(dict(m=m, n=n, k=k, lat=lat, roof=roof,
-                                      le=np.log(roof / lat)))[rows >= 1.0]
-                g = g.groupby(["n", "k", "m"], as_index=False).agg(
-                    le=("le", "median"), lat=("lat", "median"), roof=("roof", "median"))
-                slots[slot] = (version, dict(
-                    m=g.m.to_numpy(float), n=g.n.to_numpy(float), k=g.k.to_numpy(float),
-                    latency_s=g.lat.to_numpy(float), efficiency=np.exp(g["le"].to_numpy(float)),
-                    roofline_s=g.roof.to_numpy(float)))
-            if slots:
-                out[(system, backend_dir.name)] = slots
+    for system, spec, backend_dir, versions in _upstream(data, "moe", "moe_perf.parquet",
+                                                         catalogue_spec):
+        frames = [(v.name, pd.read_parquet(v / "moe_perf.parquet", columns=MOE_COLUMNS))
+                  for v in versions]
+        slots = {}
+        for slot in SLOTS:
+            pick = None
+            for dtype in MOE_UPSTREAM[slot]:
+                found = [(version, df[(df.moe_dtype == dtype) & (df.latency > 0)
+                                      & np.isfinite(df.latency)]) for version, df in frames]
+                # the version that measured the most shapes (the newest of equals):
+                # a release candidate that re-measured one kernel is not the table
+                found = [f for f in found if len(f[1]) >= 100]
+                if found:
+                    pick = max(reversed(found), key=lambda f: len(f[1]))
+                    break
+            if pick is None:
+                continue
+            version, d = pick
+            laws = sorted(d.distribution.unique(), key=lambda x: (
+                x != "balanced", x != "uniform",
+                float(x.split("_")[-1]) if x.startswith("power_law_") else 9.0))
+            d = d[d.distribution == laws[0]]
+            balanced = laws[0] == "balanced"
+            d = d.assign(matrices=np.where(d.kernel_source.str.contains("nongated"), 2.0, 3.0))
+            d = d.groupby(["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+                           "moe_ep_size", "matrices", "num_tokens"],
+                          as_index=False).latency.min()
+            cols = {c: d[c].to_numpy(float) for c in d.columns}
+            rows, hit, width, (m, n, k) = moe_shape(
+                cols["num_tokens"], cols["hidden_size"], cols["inter_size"], cols["topk"],
+                cols["num_experts"], cols["moe_tp_size"], cols["moe_ep_size"], balanced)
+            lat = cols["latency"] * 1e-3  # upstream milliseconds
+            roof = moe_roofline_s(spec, rows, hit, width, k, cols["matrices"], slot)
+            # one efficiency per surface shape (different expert counts and top-k can
+            # give one (m, n, k)): their median in the log
+            g = pd.DataFrame(dict(m=m, n=n, k=k, lat=lat, roof=roof,
+                                  le=np.log(roof / lat)))[rows >= 1.0]
+            g = g.groupby(["n", "k", "m"], as_index=False).agg(
+                le=("le", "median"), lat=("lat", "median"), roof=("roof", "median"))
+            slots[slot] = (version, dict(
+                m=g.m.to_numpy(float), n=g.n.to_numpy(float), k=g.k.to_numpy(float),
+                latency_s=g.lat.to_numpy(float), efficiency=np.exp(g["le"].to_numpy(float)),
+                roofline_s=g.roof.to_numpy(float)))
+        if slots:
+            out[(system, backend_dir.name)] = slots
     return out
 
 
