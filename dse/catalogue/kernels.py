@@ -231,9 +231,8 @@ def stack(specs: list, dtype=np.float64, moe: bool = False):
     from .hardware import stack as stack_plain
     wanted = sorted({int(s.kernel_table) for s in specs if float(s.kernel_table) >= 0.0})
     renumber = {t: float(i) for i, t in enumerate(wanted)}
-    specs = [dataclasses.replace(s, gemm_surface=None, kernel_table=renumber.get(
+    specs = [dataclasses.replace(s, gemm_surface=None, moe_surface=None, kernel_table=renumber.get(
         int(s.kernel_table), -1.0) if float(s.kernel_table) >= 0.0 else -1.0) for s in specs]
-    specs = [dataclasses.replace(s, moe_surface=None) for s in specs]
     table = stack_plain(specs, dtype)
     if not wanted:
         return table
