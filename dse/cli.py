@@ -61,6 +61,8 @@ def _cmd_sweep(args) -> int:
             print(reduce_summary(ds, seconds))
         elif study.size <= SUMMARY_MAX_POINTS:
             print(sweep_summary(ds, seconds))
+            if (line := _disagreement(study, ds)) is not None:
+                print(line)
         else:
             print(f"{study.name}: {study.size:,} points in {seconds:.3g} s "
                   f"({study.size / seconds:.3g} points/s)")
@@ -130,7 +132,7 @@ def _cmd_search(args) -> int:
 def _cmd_sensitivity(args) -> int:
     from .results.io import write_dataset
     from .sensitivity.api import sensitivity
-    from .sensitivity.report import write_report
+    from .sensitivity.report import disagreement_line, regime_text, workloads, write_report
     from .study.study import load_study
     from .run.progress import bar
     from .run.sweep import default_path
@@ -151,9 +153,22 @@ def _cmd_sensitivity(args) -> int:
     points = study.size
     print(f"{study.name}: {points:,} points x {n} hardware parameters in "
           f"{time.perf_counter() - start:.3g} s")
+    for label, one in workloads(ds)[:3]:  # the report has every workload's
+        for line in (regime_text(one), disagreement_line(one)):
+            if line:
+                print(f"{label}: {line}" if len(workloads(ds)) > 1 else line)
     print(f"wrote {out}, " + ", ".join(str(p) for p in list(paths.values())[:2])
           + f" and {len(paths) - 2} tornado charts")
     return 0
+
+
+def _disagreement(study, ds) -> str | None:
+    """The one line that says where a calibrated answer is more than 2x the plain
+    roofline's (dse.run.regime)."""
+    from .run.regime import disagreement
+
+    found = disagreement(study, ds)
+    return None if found is None else found.line()
 
 
 def _cmd_plan(args) -> int:
@@ -162,15 +177,32 @@ def _cmd_plan(args) -> int:
 
     study = load_study(args.study)
     out = check_writable(args.output, "-o", None, (".csv",)) if args.output else None
-    result = plan(study, args.rate, args.constraint)
+    fleet = _assignments(args.fleet, "--fleet", "DEVICE=COUNT (devices on hand)", int)
+    prices = _assignments(args.price, "--price", "DEVICE=USD (per device-hour)", float)
+    result = plan(study, args.rate, args.constraint, fleet=fleet, prices=prices)
     print(result.summary(args.top))
     if out is not None:
-        print(f"wrote {write_plan(result, out)}")
-    if not len(result.table):
-        print(f"dse: no deployment of {study.name} serves {args.rate:g} requests/s at these "
-              "objectives", file=sys.stderr)
+        print(f"wrote {', '.join(str(p) for p in write_plan(result, out))}")
+    if not len(result.table) and (result.mix is None or not len(result.mix)):
+        within = " within the fleet" if fleet else ""
+        print(f"dse: no deployment of {study.name} meets {result.objectives()} at "
+              f"{args.rate:g} requests/s{within}", file=sys.stderr)
         return EXIT_INFEASIBLE
     return 0
+
+
+def _assignments(items, flag: str, allowed: str, kind) -> dict | None:
+    """``["h100-sxm=64", ...]`` -> {"h100-sxm": 64} (None when not given)."""
+    if not items:
+        return None
+    out = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            out[name.strip()] = kind(value)
+        except ValueError:
+            raise InputError(flag, item, "not NAME=VALUE", allowed) from None
+    return out
 
 
 def _cmd_report(args) -> int:
@@ -351,8 +383,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--constraint", action="append", metavar="EXPR", help='an objective such '
                    'as "ttft_p99_s <= 2" (repeat; default: the study\'s [search] constraints, '
                    "else its ttft_slo_s/tpot_slo_s as P99 bounds)")
+    p.add_argument("--fleet", action="append", metavar="DEVICE=COUNT", help="devices on "
+                   "hand (repeat per device): plan within them and give the cheapest mix of "
+                   "replicas that serves the rate")
+    p.add_argument("--price", action="append", metavar="DEVICE=USD", help="price per "
+                   "device-hour (repeat; default: the catalogue's)")
     p.add_argument("--top", type=int, default=10, help="rows to print (default 10)")
-    p.add_argument("-o", "--output", help="write the whole table as CSV")
+    p.add_argument("-o", "--output", help="write the whole table as CSV (and the mix beside "
+                   "it, -mix.csv)")
     p.set_defaults(run=_cmd_plan)
 
     p = verbs.add_parser("sensitivity", help="elasticities of the metrics to each hardware "

@@ -274,7 +274,8 @@ def _evaluate_disagg(p: InferencePoint, models: ModelSpec, hardware: HardwareSpe
         p.kv_transfer_overlap, m.n_layers, usd_per_s,
         p.prefill_workers * watts(pre) + p.decode_workers * watts(dec), p.ttft_slo_s,
         p.tpot_slo_s)
-    joined.update(n_devices=n_devices,
+    joined.update(n_devices=n_devices, prefill_devices=p.prefill_workers * devices_p,
+                  decode_devices=p.decode_workers * devices_d,
                   throughput_per_device_tok_s=joined["throughput_tok_s"] / n_devices,
                   fits=pre["fits"] & dec["fits"])
     layout_ok = (_moe_tp_ok(p.prefill_moe_tp, tp_p, dp_p, p3.ep[1])

@@ -156,6 +156,30 @@ def bound_code(time_s, compute_s, memory_s, comm_s):
                                                                          0, 1)), 3)
 
 
+REGIMES = ("compute", "memory", "communication", "host")  # the regime codes, in order
+
+
+def roof_seconds(phase: dict[str, Part], scale=1.0) -> list:
+    """A phase's time by the roof that binds each of its parts, in :data:`REGIMES` order:
+    a part's time goes to communication when it sends, else to the larger of its compute
+    and memory sides, and to host when it has neither FLOPs, bytes nor messages behind it
+    (launch and scheduling overheads: the ``overhead`` component)."""
+    out = [0.0, 0.0, 0.0, 0.0]
+    for part in phase.values():
+        time = part.time_s * scale
+        host = (part.compute_s <= 0.0) & (part.memory_s <= 0.0) & (part.comm_s <= 0.0)
+        code = jnp.where(host, 3, bound_code(part.time_s, part.compute_s, part.memory_s,
+                                             part.comm_s))
+        out = [o + jnp.where(code == k, time, 0.0) for k, o in enumerate(out)]
+    return out
+
+
+def regime(seconds: list):
+    """The roof that holds most of the time (:data:`REGIMES` code, uint8); 0 (compute)
+    where there is no time."""
+    return jnp.argmax(jnp.stack(jnp.broadcast_arrays(*seconds)), axis=0).astype(jnp.uint8)
+
+
 def total_time(parts: dict[str, Part]):
     return sum(p.time_s for p in parts.values())
 

@@ -711,4 +711,8 @@ def training(m: ModelSpec, rates: Rates, capacity, peak_flops, price_usd_per_s, 
     )
     if "bound_signature" in names:
         out["bound_signature"] = _signature(stage)[None]
+    # the regime: the roof that holds most of the step (the bubble idles every roof alike)
+    seconds = parts.roof_seconds(stage, micro_batches)
+    seconds[2] = seconds[2] + pp_comm + dp_comm
+    out["regime"] = parts.regime(seconds)
     return out

@@ -11,7 +11,8 @@ import xarray as xr
 from .._version import __version__
 from ..catalogue import kernels
 from ..schema.knobs import fields
-from ..schema.outputs import BOUND_CODES, EXTRA_COORDS, OUTPUTS, REASON_BITS, REASONS
+from ..schema.outputs import (BOUND_CODES, EXTRA_COORDS, OUTPUTS, REASON_BITS, REASONS,
+                              REGIME_CODES)
 from ..study.study import Study
 from . import lazydask
 
@@ -116,6 +117,9 @@ def to_dataset(study: Study, arrays: dict[str, np.ndarray],
                          comment="; ".join(f"{k}: {v}" for k, v in REASONS.items()))
         elif info.kind == "pool":
             attrs.update(flag_values=np.asarray([0.0, 1.0]), flag_meanings="prefill decode")
+        elif info.kind == "regime":
+            attrs.update(flag_values=np.asarray(list(REGIME_CODES.values()), np.uint8),
+                         flag_meanings=" ".join(REGIME_CODES))
         elif info.kind == "codes":
             attrs.update(flag_values=np.asarray(list(BOUND_CODES.values()), np.uint8),
                          flag_meanings=" ".join(BOUND_CODES))

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from ..schema.outputs import REASON_BITS
+from ..schema.outputs import EXTRA_COORDS, REASON_BITS, REGIME_CODES
 from ..units import human_bytes, human_count, human_seconds
 from .select import axes, best_points, score, top
 
@@ -71,13 +71,20 @@ def best(ds: xr.Dataset, metric: str | None = None, k: int = 5, direction: str |
     """The ``k`` best feasible points by ``metric`` (default: throughput per device,
     :data:`RANKED_BY`; for a serving study with SLOs, goodput per device at them, so a
     point that misses them ranks by the requests that meet them; :mod:`dse.results.select`):
-    their axis values and key outputs."""
+    their axis values, key outputs and regime (``bound``: the dominant phase and the roof
+    that holds most of its time)."""
+    return [row for _, row in ranked(ds, metric, k, direction, constraints)]
+
+
+def ranked(ds: xr.Dataset, metric: str | None = None, k: int = 5, direction: str | None = None,
+           constraints=()) -> list[tuple[dict, dict]]:
+    """:func:`best`'s rows, each with its grid index ({axis: index})."""
     shown = SHOWN
-    if metric is None and (ranked := slo_ranked(ds)) is not None:
-        ds, metric, direction = ranked, "slo_rank", "maximize"
+    if metric is None and (ranked_ds := slo_ranked(ds)) is not None:
+        ds, metric, direction = ranked_ds, "slo_rank", "maximize"
         shown = ("goodput_per_device_req_s", "slo_met") + SHOWN
     metric = metric or RANKED_BY.get(str(ds.attrs.get("mode", "inference")))
-    rows, seen = [], {}
+    out, seen = [], {}
     # points alike in every output shown differ only in axes they do not depend on (an
     # aggregated deployment's decode_* keys): one row, those axes shown as "any"
     for index in best_points(ds, metric, direction, tuple(constraints), k * COLLAPSE):
@@ -91,12 +98,23 @@ def best(ds: xr.Dataset, metric: str | None = None, k: int = 5, direction: str |
                 if first[d] != row[d]:
                     first[d] = "any"
             continue
-        if len(rows) == k:
+        if len(out) == k:
             continue
         row.update(values)
-        rows.append(row)
+        if "regime" in point:
+            row["bound"] = regime_label(point)
+        out.append((index, row))
         seen[key] = row
-    return rows
+    return out
+
+
+def regime_label(point: xr.Dataset) -> str:
+    """``"decode: memory"``: a point's dominant phase and the roof that holds most of its
+    time (training: the step's roof)."""
+    regime = list(REGIME_CODES)[int(point["regime"])]
+    if "dominant_phase" in point:
+        return f"{EXTRA_COORDS['phase'][int(point['dominant_phase'])]}: {regime}"
+    return regime
 
 
 def format_value(key: str, value) -> str:

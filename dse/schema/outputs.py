@@ -11,6 +11,7 @@ import warnings
 from typing import NamedTuple
 
 from ..formulas.inference import COMPONENTS, PHASES
+from ..formulas.parts import REGIMES
 from ..formulas.training import COMM_KINDS
 
 
@@ -113,6 +114,10 @@ INFERENCE = Registry({
                                 feature="disagg"),
     "decode_utilization": less("1", "request rate over the decode pool's capacity",
                                feature="disagg"),
+    "prefill_devices": less("devices", "devices of the prefill pool (workers x tp x pp x dp)",
+                            feature="disagg"),
+    "decode_devices": less("devices", "devices of the decode pool (workers x tp x pp x dp)",
+                           feature="disagg"),
     "serving_throughput_tok_s": more(
         "tokens/s", "continuous-batching output tokens per second at max_batch", optional=True),
     "component_s": less("s", "time per component and phase", dims=BREAKDOWN_DIMS,
@@ -125,6 +130,10 @@ INFERENCE = Registry({
                               dims=BREAKDOWN_DIMS, feature="breakdown"),
     "bound_signature": Output("1", "binding roof of every component, base-4 digits "
                               "(component_bound codes)", "codes", optional=True, dims=("phase",)),
+    "dominant_phase": Output("1", "the phase that takes most of a request's time (prefill: "
+                             "TTFT; decode: the other steps)", "pool"),
+    "regime": Output("1", "the roof that holds most of the dominant phase's time (compute, "
+                     "memory, communication or host overheads)", "regime"),
     "valid": Output("1", "feasible configuration", "bool"),
     "reason": Output("1", "why the configuration is infeasible", "flags"),
 })
@@ -162,6 +171,8 @@ TRAINING = Registry({
     "bound_signature": Output("1", "binding roof of every part of the step, base-4 digits "
                               "(component_bound codes)", "codes", optional=True,
                               dims=("training_pass",)),
+    "regime": Output("1", "the roof that holds most of the step's time (compute, memory, "
+                     "communication or host overheads)", "regime"),
     # old names (training said tokens_per_s where inference says throughput_tok_s)
     "tokens_per_s": more("tokens/s", "training tokens per second of the job (old name of "
                          "throughput_tok_s, until the next release)", optional=True,
@@ -213,6 +224,7 @@ PRIMARY_METRIC = {"inference": "throughput_tok_s", "training": "throughput_tok_s
                   "pipeline": "throughput_tok_s"}
 
 BOUND_CODES = {"compute": 0, "memory": 1, "communication": 2, "none": 3}
+REGIME_CODES = {name: code for code, name in enumerate(REGIMES)}
 
 # Bit flags of the ``reason`` variable (CF conventions: flag_masks / flag_meanings).
 REASONS = {

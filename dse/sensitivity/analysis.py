@@ -56,8 +56,44 @@ def elasticity_variables(cfg: SensitivityConfig, mode: str) -> dict[str, tuple[i
 
 
 def analyze(study: Study, progress=None) -> xr.Dataset:
-    """Elasticities, what-ifs, inverse answers and mixes for ``study``'s grid."""
+    """Elasticities, what-ifs, inverse answers and mixes for ``study``'s grid, with each
+    point's regime (``regime``, and ``dominant_phase`` in inference); for a calibrated
+    study also the plain roofline's elasticities (``roofline_<metric>``) and regime
+    (``roofline_regime``), so a reader sees where the fitted parts decide the answer."""
     cfg = study.sensitivity_config()
+    ds = _elasticities(study, cfg, progress)
+    ds = ds.assign(_regimes(study, ""))
+    if study.calibration is not None:
+        from ..run.regime import roofline_twin
+
+        twin = roofline_twin(study)
+        roof = _elasticities(twin, cfg, progress)
+        ds = ds.assign({"roofline_" + m: roof[m].assign_attrs(
+            long_name=roof[m].attrs["long_name"] + ", plain roofline") for m in cfg.metrics})
+        ds = ds.assign(_regimes(twin, "roofline_"))
+    if cfg.inverse:
+        evaluator = Evaluator.of(study, cfg.metrics + ("valid",) + KINK_SIGNATURE[study.mode])
+        ds = ds.merge(_inverse(study, evaluator, cfg, progress))
+    if cfg.mix:
+        ds = ds.merge(_mix(ds, cfg))
+    return ds
+
+
+def _regimes(study: Study, prefix: str) -> dict[str, xr.Variable]:
+    """The regime outputs of ``study``'s grid (a sweep of those alone), names prefixed."""
+    from ..run.sweep import sweep
+
+    if study.mode not in ("inference", "training"):
+        return {}
+    names = ("regime", "dominant_phase") if study.mode == "inference" else ("regime",)
+    only = dataclasses.replace(study, output=dataclasses.replace(
+        study.output, variables=names, path=None, reduce=None, breakdown=False))
+    out = sweep(only, progress=False)
+    return {prefix + n: out[n].variable for n in names}
+
+
+def _elasticities(study: Study, cfg: SensitivityConfig, progress=None) -> xr.Dataset:
+    """The elasticities and exact what-ifs of ``study``'s grid (no inverse, no mix)."""
     # every point is evaluated ~6 x (parameters) times at once: smaller blocks
     budget = max(1, (study.output.chunk_points or DEFAULT_CHUNK_POINTS)
                  // (6 * len(cfg.params)))
@@ -82,10 +118,6 @@ def analyze(study: Study, progress=None) -> xr.Dataset:
     ds.attrs.update(delta=cfg.delta, title=f"dse sensitivity of study {study.name!r}",
                     method="forward-mode autodiff (one-sided JVPs at p(1 +- eps)); memory "
                            "capacity: central finite difference over +-delta")
-    if cfg.inverse:
-        ds = ds.merge(_inverse(study, evaluator, cfg, progress))
-    if cfg.mix:
-        ds = ds.merge(_mix(ds, cfg))
     return ds
 
 

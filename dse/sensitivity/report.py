@@ -18,17 +18,27 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 
+from ..schema.outputs import EXTRA_COORDS, REGIME_CODES  # noqa: E402
+
 MAX_WORKLOADS = 24
 KEY_AXES = ("model", "hardware", "usecase")
 
 
+REGIME_VARIABLES = ("regime", "dominant_phase", "roofline_regime", "roofline_dominant_phase")
+FACTOR = 2.0  # calibrated and roofline elasticities this far apart are reported
+FLOOR = 0.05  # elasticities smaller than this (both) are not compared
+
+
 def workloads(ds: xr.Dataset) -> list[tuple[str, xr.Dataset]]:
-    """(label, Dataset of one workload) pairs."""
+    """(label, Dataset of one workload) pairs; over more than :data:`MAX_WORKLOADS`
+    points, the other axes reduced to their median (regime codes: to their mode)."""
     axes = [d for d in ds["base_" + _metrics(ds)[0]].dims]
     sizes = [ds.sizes[a] for a in axes]
     if int(np.prod(sizes)) > MAX_WORKLOADS:
         reduce = [a for a in axes if a not in KEY_AXES]
-        ds = ds.median(reduce, skipna=True) if reduce else ds
+        if reduce:
+            codes = {k: _mode(ds[k], reduce) for k in REGIME_VARIABLES if k in ds}
+            ds = ds.drop_vars(list(codes)).median(reduce, skipna=True).assign(codes)
         axes = [a for a in axes if a in KEY_AXES]
     out = []
     for index in itertools.product(*(range(ds.sizes[a]) for a in axes)):
@@ -37,6 +47,72 @@ def workloads(ds: xr.Dataset) -> list[tuple[str, xr.Dataset]]:
         label = ", ".join(f"{a}={one[a].item()}" for a in axes) or "all"
         out.append((label, one))
     return out[:MAX_WORKLOADS]
+
+
+def _mode(codes: xr.DataArray, dims: list[str]) -> xr.DataArray:
+    """The most common code over ``dims`` (the lowest of a tie)."""
+    dims = [d for d in dims if d in codes.dims]
+    if not dims:
+        return codes
+    flat = codes.stack(_reduced=dims).transpose(..., "_reduced")
+    values = flat.values.astype(np.int64)
+    counts = np.stack([(values == c).sum(-1) for c in range(int(values.max(initial=0)) + 1)])
+    return xr.DataArray(np.argmax(counts, 0).astype(np.uint8),
+                        dims=[d for d in flat.dims if d != "_reduced"],
+                        coords={d: flat[d] for d in flat.dims if d != "_reduced"},
+                        attrs=codes.attrs)
+
+
+def regime_text(one: xr.Dataset) -> str | None:
+    """"decode, memory-bound (calibrated); decode, memory-bound on the plain roofline"
+    for one workload (None without regime outputs)."""
+    def label(prefix):
+        regime = list(REGIME_CODES)[int(one[prefix + "regime"])]
+        if prefix + "dominant_phase" in one:
+            return f"{EXTRA_COORDS['phase'][int(one[prefix + 'dominant_phase'])]}, {regime}-bound"
+        return f"{regime}-bound"
+
+    if "regime" not in one:
+        return None
+    if "roofline_regime" not in one:
+        return f"Regime: {label('')} (the roof that holds most of the dominant phase's time)."
+    return (f"Regime: {label('')} calibrated; {label('roofline_')} on the plain roofline "
+            "(the roof that holds most of the dominant phase's time).")
+
+
+def disagreements(one: xr.Dataset) -> list[tuple[str, str, float, float]]:
+    """(metric, parameter, calibrated, roofline) where one workload's calibrated and
+    plain-roofline elasticities differ by more than :data:`FACTOR` (or in sign), the
+    larger at least :data:`FLOOR` in magnitude; largest gap first."""
+    out, seen = [], set()
+    for m in _metrics(one):
+        if "roofline_" + m not in one:
+            continue
+        for p in one["hw_param"].values:  # an efficiency scales as its peak: said once
+            cal = float(one[m].sel(hw_param=p))
+            roof = float(one["roofline_" + m].sel(hw_param=p))
+            if not (np.isfinite(cal) and np.isfinite(roof)) or max(abs(cal), abs(roof)) < FLOOR:
+                continue
+            small, large = sorted((abs(cal), abs(roof)))
+            key = (m, round(cal, 6), round(roof, 6))
+            if (cal * roof < 0.0 or large > FACTOR * small) and key not in seen:
+                out.append((m, str(p), cal, roof))
+                seen.add(key)
+    return sorted(out, key=lambda r: -abs(r[2] - r[3]))
+
+
+def disagreement_line(one: xr.Dataset) -> str | None:
+    """The one line that says where a workload's calibrated and roofline elasticities
+    part by more than 2x (None where they agree)."""
+    found = disagreements(one)
+    if not found:
+        return None
+    said = "; ".join(f"{m} to {p}: {cal:+.3f} calibrated, {roof:+.3f} on the roofline"
+                     for m, p, cal, roof in found[:4])
+    more = f" (and {len(found) - 4} more)" if len(found) > 4 else ""
+    return (f"Calibrated and plain-roofline elasticities differ by more than {FACTOR:g}x: "
+            f"{said}{more}. Fitted efficiencies and host overheads, not the roofs alone, set "
+            "these answers (docs/validation.md#the-calibration).")
 
 
 def _metrics(ds: xr.Dataset) -> list[str]:
@@ -106,6 +182,8 @@ def markdown(ds: xr.Dataset, figures: dict[str, Path], base: Path) -> str:
         if label in figures:
             lines += [f"![tornado {label}]({figures[label].relative_to(base.parent)})", ""]
         lines += ["Base: " + ", ".join(f"{m} = {float(one['base_' + m]):.4g}" for m in metrics), ""]
+        lines += [t for t in (regime_text(one), disagreement_line(one)) if t]
+        lines += [""] if lines[-1] else []
         params = list(one["hw_param"].values)
         col = {name: one[name].transpose("hw_param", ...).values.reshape(len(params))
                for name in ["kink"] + [m + s for m in metrics for s in (

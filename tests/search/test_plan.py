@@ -5,6 +5,7 @@ re-evaluating its deployment at and just past the rate it claims."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -99,3 +100,135 @@ def test_a_study_without_objectives_says_its_latencies_are_unbounded():
 
     assert slo_constraints(study) == []
     assert slo_constraints(load_study(STUDY)) == ["ttft_p99_s <= 2", "tpot_p99_s <= 0.05"]
+
+
+MIXED = """[study]
+name = "disagg-mixed"
+[axes]
+model = "llama-3.1-70b"
+hardware = ["h100-sxm", "h200"]
+framework = "vllm"
+weight_bits = 8
+kv_bits = 8
+tp = 8
+serving = ["agg", "disagg"]
+prefill_workers = [1, 2]
+prefill_tp = 4
+prefill_hardware = ["h100-sxm", "h200"]
+decode_workers = 1
+decode_tp = 8
+decode_hardware = "h200"
+input_len = 4000
+output_len = 500
+request_rate = 1
+ttft_slo_s = 2.0
+tpot_slo_s = 0.05
+"""
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    from dse.study import parse_study
+
+    study = parse_study(MIXED, "<mixed>")
+    unlimited = dse.plan(study, 6.0, prices={"h200": 3.5})
+    fleet = {"h100-sxm": 16, "h200": 32}
+    return study, unlimited, dse.plan(study, 20.0, fleet=fleet, prices={"h200": 3.5}), fleet
+
+
+def _devices_by_hardware(row) -> dict[str, int]:
+    """By hand: an aggregated replica is tp (8) devices of its hardware; a disaggregated
+    one prefill_workers x prefill_tp (4) devices of its prefill pool's device and
+    decode_workers x decode_tp (8) of H200."""
+    if row["serving"] == "agg":
+        return {row["hardware"]: 8 * row["replicas"]}
+    out = {"h200": 8 * row["replicas"]}
+    pre = row["prefill_hardware"] or row["hardware"]
+    out[pre] = out.get(pre, 0) + 4 * int(row["prefill_workers"]) * row["replicas"]
+    return out
+
+
+def test_disaggregated_pools_on_their_own_devices_are_priced_by_device(mixed):
+    """Every deployment's price per hour, by hand: its devices on each hardware x that
+    hardware's price (H100 from the catalogue, H200 as given)."""
+    study, unlimited, _, _ = mixed
+    h100 = next(c for c in study.hardware if c.name == "h100-sxm").fields["price_per_hour_usd"]
+    t = unlimited.table
+    assert len(t) and set(t["serving"]) == {"agg", "disagg"}
+    for _, row in t.iterrows():
+        want = sum(n * (3.5 if hw == "h200" else h100)
+                   for hw, n in _devices_by_hardware(row).items())
+        assert row["usd_per_hour"] == pytest.approx(want, rel=1e-6)
+        assert row["devices"] == sum(_devices_by_hardware(row).values())
+
+
+def test_the_cheapest_mix_within_a_fleet(mixed):
+    """20 requests/s with 16 H100s and 32 H200s on hand: no single deployment's replicas
+    fit the fleet, a mix does. Checked independently of the solver: the mix serves the
+    rate at the replicas' rates at the objectives, holds within the fleet per device, and
+    no mix is cheaper: every other combination of the candidate deployments' replica
+    counts within the fleet (enumerated) that serves the rate costs at least as much."""
+    study, _, p, fleet = mixed
+    mix = p.mix
+    assert len(mix) >= 2 and not len(p.table)  # single deployments do not fit
+    assert mix["max_rate_req_s"].sum() >= 20.0
+    used = {}
+    for _, row in mix.iterrows():
+        for hw, n in _devices_by_hardware(row).items():
+            used[hw] = used.get(hw, 0) + n
+    assert all(used[hw] <= fleet[hw] for hw in used)
+    # brute force over the unlimited plan's deployments (the same rates per replica)
+    cands = dse.plan(study, 20.0, prices={"h200": 3.5}).table
+    per = [(r["max_rate_per_replica_req_s"], r["usd_per_hour"] / r["replicas"],
+            _devices_by_hardware(dict(r, replicas=1))) for _, r in cands.iterrows()]
+    best = math.inf
+
+    def search(i, devs, rate, usd):  # every replica count per deployment the fleet holds
+        nonlocal best
+        if rate >= 20.0:
+            best = min(best, usd)
+            return
+        if i == len(per):
+            return
+        r, u, d = per[i]
+        c = 0
+        while all(devs.get(hw, 0) + c * n <= fleet[hw] for hw, n in d.items()):
+            search(i + 1, {hw: devs.get(hw, 0) + c * d.get(hw, 0) for hw in fleet},
+                   rate + c * r, usd + c * u)
+            c += 1
+
+    search(0, {}, 0.0, 0.0)
+    assert mix["usd_per_hour"].sum() == pytest.approx(best, rel=1e-9)
+
+
+def test_a_fleet_too_small_is_exit_3_and_says_no_deployment_meets(capsys):
+    code = main(["plan", MIXED_PATH(), "--rate", "500", "--fleet", "h100-sxm=8",
+                 "--fleet", "h200=8"])
+    err = capsys.readouterr().err
+    assert code == 3
+    assert "no deployment of disagg-mixed meets ttft_p99_s <= 2, tpot_p99_s <= 0.05" in err
+    assert "within the fleet" in err
+
+
+def test_bad_fleet_and_price_are_one_line_errors(capsys):
+    for argv, said in ((["--fleet", "h100=8"], "--fleet: h100: not a device of the study "
+                        "(allowed: h100-sxm, h200)"),
+                       (["--fleet", "h200=x"], "--fleet: h200=x: not NAME=VALUE"),
+                       (["--fleet", "h200=1.5"], "--fleet: h200=1.5: not NAME=VALUE"),
+                       (["--price", "h200=-1"], "--price: h200=-1.0: not a price")):
+        assert main(["plan", MIXED_PATH(), "--rate", "5"] + argv) == 2
+        assert said in capsys.readouterr().err
+
+
+_MIXED_FILE = []
+
+
+def MIXED_PATH() -> str:
+    """The mixed study as a file (the CLI reads files), written once per session."""
+    if not _MIXED_FILE:
+        import tempfile
+
+        path = Path(tempfile.mkdtemp()) / "disagg-mixed.toml"
+        path.write_text(MIXED)
+        _MIXED_FILE.append(str(path))
+    return _MIXED_FILE[0]

@@ -1,5 +1,5 @@
 """A sensitivity's programs are kept like the evaluator's (dse.core.programs.run): the
-differentiated evaluation and the inverse queries are exported once, give the traced
+differentiated evaluation, the regime's sweep and the inverse queries are exported once, give the traced
 values bit for bit, and a later process traces nothing."""
 
 import jax
@@ -36,8 +36,8 @@ def test_kept_sensitivity_programs_are_the_traced_ones(tmp_path, monkeypatch):
     _forget(monkeypatch)
     monkeypatch.setattr(programs, "directory", lambda kind="programs": tmp_path / kind)
     first = sensitivity(study)
-    # the differentiated evaluation and the one inverse query
-    assert len(list((tmp_path / "programs").glob("*.jaxexport"))) == 2
+    # the differentiated evaluation, the regime's sweep and the one inverse query
+    assert len(list((tmp_path / "programs").glob("*.jaxexport"))) == 3
     _forget(monkeypatch)  # a later process, for which tracing would fail
     monkeypatch.setattr(E, "outputs", _no_tracing)
     monkeypatch.setattr(jax.export, "export", _no_tracing)

@@ -161,7 +161,11 @@ def test_deepseek_v3_decode_streams_its_experts_under_the_default_calibration():
                       hbm_bw_scale=[1 / (1 + h), 1.0, 1 + h], tflops_scale=[1 / (1 + h), 1 + h])
     text = text.replace('calibration = "none"\n', "").replace('name = "t"',
                                                              'name = "t"\ndtype = "float64"')
-    tpot = sweep(parse_study(text, "<t>"))["tpot_s"].squeeze()
+    ds = sweep(parse_study(text, "<t>"))
+    tpot = ds["tpot_s"].squeeze()
+    # the regime the summary and report print: decode, memory (issue 37 item 3)
+    assert {int(v) for v in ds["regime"].values.ravel()} == {1}
+    assert {int(v) for v in ds["dominant_phase"].values.ravel()} == {1}
     hit = 32 * (1 - (1 - 8 / 256) ** 64)
     expert_bytes = hit * 3 * 7168 * 2048 * 58
     assert expert_bytes == pytest.approx(71.0e9, rel=2e-3)
