@@ -122,9 +122,10 @@ def _cmd_search(args) -> int:
         print(summary(result))
         print("wrote " + ", ".join(str(p) for p in paths.values()))
     if not result.best:
+        said = " (the study's SLOs, as P99s)" if result.config.source == "slo" else ""
         print(f"dse: no feasible configuration among {result.n_trials} trials "
-              f"(constraints: {', '.join(str(c) for c in result.config.constraints) or 'none'})",
-              file=sys.stderr)
+              f"(constraints: {', '.join(str(c) for c in result.config.constraints) or 'none'}"
+              f"{said})", file=sys.stderr)
         return EXIT_INFEASIBLE
     return 0
 

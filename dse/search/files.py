@@ -79,6 +79,9 @@ def summary(result: SearchResult) -> str:
     lines = [f"search {cfg.study_name!r}: {result.told} trials this run, {result.n_trials} in "
              f"the study, {result.n_feasible} feasible ({cfg.sampler}, {cfg.mode}, "
              f"storage {cfg.storage})"]
+    if cfg.source == "slo":
+        lines.append("constraints: " + ", ".join(str(c) for c in cfg.constraints)
+                     + " (the study's SLOs, as P99s: [search] states none)")
     if result.best:
         label = "Pareto front" if cfg.multi else "best feasible configuration"
         lines.append(f"{label}:")

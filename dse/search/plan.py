@@ -122,16 +122,10 @@ def _number(v: float) -> str:
 def slo_constraints(study) -> list[str]:
     """The study's service-level objectives as plan objectives (``ttft_slo_s`` ->
     ``ttft_p99_s <= slo``, ``tpot_slo_s`` -> ``tpot_p99_s <= slo``), each where the study
-    fixes one value above 0."""
-    out = []
-    for key, metric in (("ttft_slo_s", "ttft_p99_s"), ("tpot_slo_s", "tpot_p99_s")):
-        try:
-            values = sorted({float(v) for v in study.values(key)})
-        except KeyError:  # a study of another mode
-            continue
-        if len(values) == 1 and values[0] > 0.0:
-            out.append(f"{metric} <= {values[0]:g}")
-    return out
+    fixes one value above 0 (:func:`dse.study.search.slo_constraints`)."""
+    from ..study.search import slo_constraints as of_values
+
+    return of_values(study.values)
 
 
 def _mixed(mix) -> bool:
@@ -170,7 +164,7 @@ def plan(study, rate: float, constraints=None, fleet: dict | None = None,
     source = "given"
     if constraints is None:
         constraints = [str(c) for c in study.search.constraints] if study.search else []
-        source = "search"
+        source = study.search.source if study.search else "search"
         if not constraints:
             constraints, source = slo_constraints(study), "slo"
     parsed = parse_constraints(list(constraints), "--constraint", OUTPUTS["inference"],

@@ -55,6 +55,7 @@ class SearchConfig:
     mode: str
     inner: tuple[str, ...]
     exhaustive: str | bool
+    source: str = "search"  # where the constraints come from: "search" or "slo"
 
     @property
     def multi(self) -> bool:
@@ -117,6 +118,37 @@ def parse_search(raw, file: str, mode: str, name: str, axes: tuple[str, ...]) ->
     return SearchConfig(tuple(objectives), tuple(directions), constraints, n_trials, seed,
                         sampler, storage, study_name, batch_size, search_mode,
                         tuple(inner) if search_mode == "hybrid" else (), exhaustive)
+
+
+SLO_METRICS = (("ttft_slo_s", "ttft_p99_s"), ("tpot_slo_s", "tpot_p99_s"))
+
+
+def slo_constraints(values) -> list[str]:
+    """A study's service-level objectives as constraints (``ttft_slo_s`` -> ``ttft_p99_s
+    <= slo``, ``tpot_slo_s`` -> ``tpot_p99_s <= slo``: MLPerf Inference's server scenario
+    bounds both P99s), each where the study fixes one value above 0. ``values(key)``
+    gives a key's values (:meth:`dse.study.study.Study.values`)."""
+    out = []
+    for key, metric in SLO_METRICS:
+        try:
+            given = sorted({float(v) for v in values(key)})
+        except KeyError:  # a study of another mode
+            continue
+        if len(given) == 1 and given[0] > 0.0:
+            out.append(f"{metric} <= {given[0]:g}")
+    return out
+
+
+def with_slo_constraints(cfg: SearchConfig, values, file: str, mode: str) -> SearchConfig:
+    """``cfg`` with the study's SLOs as its constraints where ``[search]`` states none
+    (a search's best then meets them, as dse plan's and the summary's do)."""
+    if cfg.constraints:
+        return cfg
+    said = slo_constraints(values)
+    if not said:
+        return cfg
+    parsed = parse_constraints(said, file, OUTPUTS[mode], "axes.ttft_slo_s/tpot_slo_s")
+    return dataclasses.replace(cfg, constraints=tuple(parsed), source="slo")
 
 
 def storage_url(cfg: SearchConfig, results: Path) -> str:

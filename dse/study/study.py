@@ -25,7 +25,7 @@ from ..schema.outputs import OUTPUTS
 from .axes import parse_axis
 from .output import Output, parse_output
 from .pipeline import parse_pipeline
-from .search import SearchConfig, parse_search
+from .search import SearchConfig, parse_search, with_slo_constraints
 from .sensitivity import SensitivityConfig, parse_sensitivity
 
 SECTIONS = ("study", "axes", "output", "search", "sensitivity", "pipeline")
@@ -318,6 +318,9 @@ def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = No
                   output=parse_output(raw, file, mode, axis_names), dtype=dtype,
                   sections=dict(raw), pipeline=pipeline, calibration=calibration,
                   framework=framework, search=search, sensitivity=sensitivity)
+    if search is not None and "load" in study.features:  # SLOs: the default constraints
+        study = dataclasses.replace(study, search=with_slo_constraints(
+            search, study.values, file, mode))
     _check_contradictions(study)
     return _check_load(_check_disagg(study, axes_raw, derived), axes_raw)
 

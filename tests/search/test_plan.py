@@ -232,3 +232,17 @@ def MIXED_PATH() -> str:
         path.write_text(MIXED)
         _MIXED_FILE.append(str(path))
     return _MIXED_FILE[0]
+
+
+def test_slos_no_deployment_meets_are_exit_3_not_millions_of_replicas(tmp_path, capsys):
+    """A P99 TTFT objective of 10 ms is under the 4,000-token prefill of Llama-3.1-70B on
+    any of the study's layouts (2 x 70e9 x 4,000 = 560 TFLOP per prompt over at most 8
+    devices of <= 1,979 dense FP8 TFLOP/s: >= 35 ms): no deployment meets it at any
+    rate, so no number of replicas does either."""
+    path = tmp_path / "tight.toml"
+    path.write_text(MIXED.replace("ttft_slo_s = 2.0", "ttft_slo_s = 0.01"))
+    assert main(["plan", str(path), "--rate", "1e9"]) == 3
+    captured = capsys.readouterr()
+    assert "0 of 16 deployments can serve it" in captured.out
+    assert ("no deployment of disagg-mixed meets ttft_p99_s <= 0.01, tpot_p99_s <= 0.05 (the "
+            "study's SLOs, as P99s) at 1e+09 requests/s") in captured.err

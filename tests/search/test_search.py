@@ -263,3 +263,34 @@ def test_no_trials_to_add_is_bad_input(n, tmp_path, capsys):
     with pytest.raises(InputError, match="n_trials"):
         search(path, out=tmp_path / "r.nc", n_trials=int(n))
     assert not list(tmp_path.glob("r*"))
+
+
+def test_a_studys_slos_are_the_default_constraints_of_its_search():
+    """Issue 37: ttft_slo_s = 2 and tpot_slo_s = 0.05 under a load, and a [search] without
+    constraints: the search is held to P99 TTFT <= 2 s and P99 TPOT <= 50 ms (as dse plan
+    and the summary hold it), and says so; stated constraints are kept as written; a
+    static study (no load, no percentiles) gets none."""
+    from dse.study import parse_study
+
+    text = """[study]
+name = "slo"
+[axes]
+model = "llama-3.1-70b"
+hardware = "h100-sxm"
+tp = [4, 8]
+input_len = 2000
+output_len = 300
+request_rate = [1, 4]
+ttft_slo_s = 2.0
+tpot_slo_s = 0.05
+[search]
+objective = "throughput_per_device_tok_s"
+"""
+    cfg = parse_study(text, "<slo>").search
+    assert [str(c) for c in cfg.constraints] == ["ttft_p99_s <= 2", "tpot_p99_s <= 0.05"]
+    assert cfg.source == "slo"
+    stated = parse_study(text + 'constraints = ["ttft_s <= 1"]\n', "<slo>").search
+    assert [str(c) for c in stated.constraints] == ["ttft_s <= 1"] and stated.source == "search"
+    static = text.replace("request_rate = [1, 4]\n", "").replace("ttft_slo_s = 2.0\n", "") \
+        .replace("tpot_slo_s = 0.05\n", "")
+    assert parse_study(static, "<static>").search.constraints == ()
