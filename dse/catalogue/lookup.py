@@ -160,14 +160,14 @@ def _load_hardware_file(path: Path) -> HardwareCard:
 
 
 @functools.lru_cache(maxsize=None)
-def _load_model_file(path: Path) -> ModelCard:
+def _load_model_file(path: Path, name: str | None = None) -> ModelCard:
     if path.suffix == ".json":
         try:
             config = json.loads(checks.read_text(path, kind="a model config.json"))
         except json.JSONDecodeError as err:
             raise InputError(path, None, f"not valid JSON: {err}") from None
         stem = path.parent.name if path.name == "config.json" else path.stem
-        return card_from_hf_config(config, str(path), name=stem.lower())
+        return card_from_hf_config(config, str(path), name=name or stem.lower())
     data = _read_toml(path, None, None)
     card = ModelCard.from_mapping(data, str(path), name=path.stem)
     if card.name != path.stem:
@@ -229,6 +229,8 @@ def load_model(value: str, *, referrer: str | None = None, key: str = "model",
     name = None if _is_file_name(value) else resolve_name("models", value)
     if _is_path(value) and (name is None or input_path(value, base_dir).exists()):
         path = _resolve_path(value, base_dir)
+        if not path.is_file() and is_hub_id(value):  # a Hub id: its cache, then the Hub
+            return _load_model_file(hub_config(value, referrer, key), name=value)
         if not path.is_file():
             raise InputError(referrer, key, f"model file {value!r} not found"
                              + ("" if _is_file_name(value) else _unknown("models", value)),
@@ -240,6 +242,71 @@ def load_model(value: str, *, referrer: str | None = None, key: str = "model",
                          "a name listed by `dse models` (or a Hugging Face id among its "
                          "aliases), a .toml file or a Hugging Face config.json path")
     return _load_model_file(_entries("models")[name])
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def is_hub_id(value: str) -> bool:
+    """Whether ``value`` reads as a Hugging Face repository id ("org/name")."""
+    return bool(_HUB_ID.match(value)) and not _is_file_name(value)
+
+
+def hub_cache() -> Path:
+    """The local Hugging Face cache (huggingface_hub's order: ``HF_HUB_CACHE``, else
+    ``HF_HOME``/hub, else ``XDG_CACHE_HOME``/huggingface/hub, else
+    ~/.cache/huggingface/hub)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "huggingface" / "hub"
+
+
+def cached_config(repo: str, cache: Path | None = None) -> Path | None:
+    """A model's ``config.json`` in the local Hugging Face cache, or None. The cache's
+    documented layout: ``models--ORG--NAME/refs/main`` holds the commit whose files are
+    under ``snapshots/COMMIT/``; without that ref, the newest snapshot that has one."""
+    root = (cache or hub_cache()) / ("models--" + repo.replace("/", "--"))
+    ref = root / "refs" / "main"
+    if ref.is_file():
+        path = root / "snapshots" / ref.read_text().strip() / "config.json"
+        if path.is_file():
+            return path
+    snapshots = sorted((root / "snapshots").glob("*/config.json"),
+                       key=lambda p: p.stat().st_mtime, reverse=True)
+    return snapshots[0] if snapshots else None
+
+
+def hub_config(repo: str, referrer=None, key: str = "model") -> Path:
+    """``config.json`` of Hub model ``repo``: from the local cache, else fetched with
+    ``huggingface_hub`` (an optional dependency: ``pip install dse[hub]``; the config
+    only, never weights) unless ``HF_HUB_OFFLINE`` is set; else a one-line error that
+    says how to provide it."""
+    found = cached_config(repo)
+    if found is not None:
+        return found
+    how = (f"a name listed by `dse models`, a config.json path, or the config in the local "
+           f"Hugging Face cache ({hub_cache()}; `huggingface-cli download {repo} "
+           "config.json` puts it there)")
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    if offline:
+        raise InputError(referrer, key, f"unknown model {repo!r}: not in the catalogue nor in "
+                         "the local Hugging Face cache, and HF_HUB_OFFLINE is set", how)
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError:
+        raise InputError(referrer, key, f"unknown model {repo!r}: not in the catalogue nor in "
+                         "the local Hugging Face cache, and huggingface_hub is not installed "
+                         "to fetch it (pip install 'dse[hub]')", how) from None
+    try:
+        return Path(hf_hub_download(repo, "config.json"))
+    except Exception as err:  # network, gated or missing repository: said in one line
+        said = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputError(referrer, key, f"unknown model {repo!r}: not in the catalogue nor in "
+                         f"the local Hugging Face cache, and the Hub gave no config ({said})",
+                         how) from None
 
 
 def all_hardware() -> list[HardwareCard]:
