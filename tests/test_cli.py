@@ -115,11 +115,14 @@ BERT_BASE = {"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden
     (dict(LLAMA_2_7B_HF, hidden_size=1e12), "hidden_size", "value 1000000000000.0 is not valid"),
     (dict(LLAMA_2_7B_HF, num_hidden_layers="32"), "num_hidden_layers", "value '32' is not valid"),
     # issue 40: fields that change what a layer computes are refused, not ignored. As in
-    # nvidia/Nemotron-H-56B-Base-8K (Mamba-2 layers "M" among attention "*" and MLP "-"),
+    # nvidia/NVIDIA-Nemotron-3-Super-120B-A12B (experts in a latent width), a Mamba-2
+    # hybrid pattern without its Mamba shapes (Nemotron-H's are read: models/nemotron-h-56b),
     # nvidia/Llama-3_3-Nemotron-Super-49B-v1 (a shape per layer) and a layer type no
     # reader models
+    (dict(LLAMA_2_7B_HF, model_type="nemotron_h", moe_latent_size=1024), "moe_latent_size",
+     "the model has experts computed in a latent width of their own"),
     (dict(LLAMA_2_7B_HF, model_type="nemotron_h", hybrid_override_pattern="M-M-M*-M-M-"),
-     "hybrid_override_pattern", "the model has state-space (Mamba-2) layers"),
+     "n_groups", "missing"),
     (dict(LLAMA_2_7B_HF, model_type="nemotron-nas", block_configs=[{"attention": {}}] * 32),
      "block_configs", "the model has a different attention and MLP shape in each layer"),
     (dict(LLAMA_2_7B_HF, layer_types=["full_attention", "mamba"] * 16), "layer_types",

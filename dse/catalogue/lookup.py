@@ -230,7 +230,8 @@ def load_model(value: str, *, referrer: str | None = None, key: str = "model",
     if _is_path(value) and (name is None or input_path(value, base_dir).exists()):
         path = _resolve_path(value, base_dir)
         if not path.is_file() and is_hub_id(value):  # a Hub id: its cache, then the Hub
-            return _load_model_file(hub_config(value, referrer, key), name=value)
+            return _load_model_file(hub_config(value, referrer, key,
+                                               _unknown("models", value)), name=value)
         if not path.is_file():
             raise InputError(referrer, key, f"model file {value!r} not found"
                              + ("" if _is_file_name(value) else _unknown("models", value)),
@@ -279,7 +280,7 @@ def cached_config(repo: str, cache: Path | None = None) -> Path | None:
     return snapshots[0] if snapshots else None
 
 
-def hub_config(repo: str, referrer=None, key: str = "model") -> Path:
+def hub_config(repo: str, referrer=None, key: str = "model", hint: str = "") -> Path:
     """``config.json`` of Hub model ``repo``: from the local cache, else fetched with
     ``huggingface_hub`` (an optional dependency: ``pip install dse[hub]``; the config
     only, never weights) unless ``HF_HUB_OFFLINE`` is set; else a one-line error that
@@ -293,20 +294,20 @@ def hub_config(repo: str, referrer=None, key: str = "model") -> Path:
     offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
     if offline:
         raise InputError(referrer, key, f"unknown model {repo!r}: not in the catalogue nor in "
-                         "the local Hugging Face cache, and HF_HUB_OFFLINE is set", how)
+                         "the local Hugging Face cache, and HF_HUB_OFFLINE is set" + hint, how)
     try:
         from huggingface_hub import hf_hub_download
     except ImportError:
         raise InputError(referrer, key, f"unknown model {repo!r}: not in the catalogue nor in "
                          "the local Hugging Face cache, and huggingface_hub is not installed "
-                         "to fetch it (pip install 'dse[hub]')", how) from None
+                         "to fetch it (pip install 'dse[hub]')" + hint, how) from None
     try:
         return Path(hf_hub_download(repo, "config.json"))
     except Exception as err:  # network, gated or missing repository: said in one line
         said = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise InputError(referrer, key, f"unknown model {repo!r}: not in the catalogue nor in "
-                         f"the local Hugging Face cache, and the Hub gave no config ({said})",
-                         how) from None
+                         f"the local Hugging Face cache, and the Hub gave no config ({said})"
+                         + hint, how) from None
 
 
 def all_hardware() -> list[HardwareCard]:

@@ -29,7 +29,8 @@ _OPTIONAL_INT = ("n_kv_heads", "norms_per_layer", "head_dim", "learned_pos_rows"
                  "published_params_other",
                  "moe_layer_step", "linear_layers", "linear_key_heads", "linear_value_heads",
                  "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel",
-                 "linear_state_bits", "index_topk", "index_n_heads", "index_head_dim")
+                 "linear_state_bits", "index_topk", "index_n_heads", "index_head_dim",
+                 "mlp_free_layers")
 _BOOL = ("tied_embeddings", "qkv_bias", "linear_bias", "qk_norm", "norm_bias",
          "attention_sinks", "attention_output_gate", "expert_bias")
 _CHOICE = {"mlp": ("gated", "plain"), "norm": ("rmsnorm", "layernorm"),
@@ -123,6 +124,10 @@ class ModelCard:
                 if not f.get(key):
                     raise InputError(self.file, key, "missing for a model with linear-attention "
                                      "layers (linear_layers > 0)", "a positive integer")
+        if f.get("mlp_free_layers", 0) > _dense_layers(f):
+            raise InputError(self.file, "mlp_free_layers", f"{f['mlp_free_layers']} exceeds the "
+                             f"{_dense_layers(f)} layers without experts",
+                             f"0..{_dense_layers(f)}")
         if f.get("kv_lora_rank"):
             for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
                 if not f.get(key):
@@ -165,7 +170,7 @@ class ModelCard:
             learned_pos_rows=pos_rows,
             n_experts=f.get("n_experts", 0), top_k=f.get("top_k", 0),
             d_ff_expert=f.get("d_ff_expert", 0), n_shared_experts=f.get("n_shared_experts", 0),
-            n_dense_layers=_dense_layers(f),
+            n_dense_layers=_dense_layers(f), mlp_free_layers=f.get("mlp_free_layers", 0),
             q_lora_rank=f.get("q_lora_rank", 0), kv_lora_rank=f.get("kv_lora_rank", 0),
             qk_nope_head_dim=f.get("qk_nope_head_dim", 0),
             qk_rope_head_dim=f.get("qk_rope_head_dim", 0), v_head_dim=f.get("v_head_dim", 0),
@@ -237,7 +242,7 @@ _HF_KEYS = {
     "d_model": ("hidden_size", "n_embd", "d_model"),
     "n_heads": ("num_attention_heads", "n_head"),
     "n_kv_heads": ("num_key_value_heads", "num_kv_heads"),
-    "head_dim": ("head_dim",),
+    "head_dim": ("head_dim", "attention_head_dim"),
     "d_ff": ("intermediate_size", "ffn_dim", "n_inner"),
     "vocab_size": ("vocab_size",),
     "max_seq_len": ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"),
@@ -366,9 +371,8 @@ _ENCODER_TYPES = frozenset({
 # plain transformer, such a model's numbers would be wrong without a word (issue 40:
 # an unknown field that changes cost is an error, not a guess).
 _UNMODELLED_KEYS = {
-    "hybrid_override_pattern": "state-space (Mamba-2) layers mixed with attention and MLP "
-                               "layers by a pattern (Nemotron-H, Nemotron-3)",
-    "ssm_state_size": "state-space (Mamba) layers",
+    "moe_latent_size": "experts computed in a latent width of their own (Nemotron-3 Super "
+                       "and Ultra's latent MoE)",
     "block_configs": "a different attention and MLP shape in each layer (Llama-Nemotron "
                      "NAS models)",
     "hybrid_layer_pattern": "sliding-window layers with head counts of their own (MiMo-V2)",
@@ -381,6 +385,88 @@ _UNMODELLED_KEYS = {
                                "(MiniMax-M3)",
     "sparse_attention_config": "a sparse attention (MiniMax-M3's) other than DeepSeek's DSA",
 }
+# Blocks of a Nemotron-H-style hybrid (hybrid_override_pattern characters, or the
+# layers_block_type words of later configs): each block is one norm and one of these
+_HYBRID_BLOCKS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+
+
+def _hf_hybrid(config: Mapping[str, Any], out: dict, file: str) -> dict:
+    """A Mamba-2 hybrid (Nemotron-H, Nemotron-3; HF NemotronHForCausalLM) as dse's layers.
+
+    Its blocks are a norm and one of: a Mamba-2 mixer (M), attention (*), a dense MLP (-)
+    or an MoE layer (E). dse's layer is a mixer and an MLP, so the hybrid becomes
+    M + * layers, of which the Mamba ones are linear-attention layers and the MLP blocks
+    sit on as many of them; the mixers left without one are ``mlp_free_layers`` (dense
+    layers without an MLP; in an MoE hybrid, the dense layers). Costs and parameters
+    are sums over blocks, so the pairing is exact for them; per-layer host overheads
+    count mixer layers, not blocks.
+
+    A Mamba-2 mixer (Dao & Gu 2024, arXiv 2405.21060; HF NemotronHMamba2Mixer) is priced
+    as the Gated DeltaNet layer dse has (dse.formulas.params.linear_attention_params),
+    which has its shapes: z and x (heads x head_dim, as DeltaNet's z and v), B and C
+    (n_groups x d_state, as k and q), a depthwise convolution over x, B and C, a gated
+    RMSNorm and the output projection; its state per sequence is heads x head_dim x
+    d_state (as v x k per head). DeltaNet's projection adds D x heads inputs Mamba's dt
+    has not (a beta beside the decay) and Mamba adds a convolution bias: 0.01% of
+    Nemotron-3 Nano's parameters.
+    """
+    pattern, blocks = config.get("hybrid_override_pattern"), config.get("layers_block_type")
+    if pattern in (None, "") and blocks in (None, []):
+        if config.get("ssm_state_size") or config.get("mamba_num_heads"):
+            raise InputError(file, "ssm_state_size", "the model has state-space (Mamba) layers "
+                             "but no hybrid_override_pattern or layers_block_type",
+                             "a Nemotron-H-style hybrid of Mamba-2, attention, MLP and MoE "
+                             "blocks")
+        return {}
+    key = "hybrid_override_pattern" if isinstance(pattern, str) and pattern else "layers_block_type"
+    if key == "hybrid_override_pattern":
+        kinds = [_HYBRID_BLOCKS.get(c, repr(c)) for c in pattern]
+    elif isinstance(blocks, list):
+        kinds = [str(b) for b in blocks]
+    else:
+        raise InputError(file, key, f"value {blocks!r} is not a list of block types",
+                         ", ".join(_HYBRID_BLOCKS.values()))
+    unknown = sorted(set(kinds) - set(_HYBRID_BLOCKS.values()))
+    if unknown:
+        raise InputError(file, key, f"blocks of type {', '.join(unknown)}, which dse does not "
+                         "model", "M (mamba), * (attention), - (mlp), E (moe)")
+    count = {k: kinds.count(k) for k in _HYBRID_BLOCKS.values()}
+    mixers, ffn = count["mamba"] + count["attention"], count["mlp"] + count["moe"]
+    if count["mlp"] and count["moe"]:
+        raise InputError(file, key, "dense MLP and MoE blocks in one model, which dse does not "
+                         "model", "MLP blocks or MoE blocks")
+    if ffn > mixers or not count["attention"]:
+        raise InputError(file, key, f"{count['mamba']} Mamba, {count['attention']} attention "
+                         f"and {ffn} MLP blocks", "at least one attention block and no more "
+                         "MLP blocks than mixers")
+    extra: dict[str, Any] = dict(n_layers=mixers, mlp="plain")  # relu2: up and down only
+    if str(config.get("mlp_hidden_act", "relu2")) not in ("relu2", "relu", "gelu", "silu"):
+        raise InputError(file, "mlp_hidden_act", f"{config.get('mlp_hidden_act')!r}",
+                         "relu2, relu, gelu or silu (one up and one down projection)")
+    need = ("n_groups", "ssm_state_size", "mamba_num_heads", "mamba_head_dim", "conv_kernel")
+    for k in need:
+        value = config.get(k)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise InputError(file, k, "missing" if value is None else
+                             f"value {value!r} is not valid",
+                             "a positive whole number (a JSON integer)")
+    if count["mamba"]:
+        extra.update(linear_layers=count["mamba"], linear_key_heads=config["n_groups"],
+                     linear_key_head_dim=config["ssm_state_size"],
+                     linear_value_heads=config["mamba_num_heads"],
+                     linear_value_head_dim=config["mamba_head_dim"],
+                     linear_conv_kernel=config["conv_kernel"])
+        if str(config.get("mamba_ssm_cache_dtype", "")) in {"float32", "fp32"}:
+            extra["linear_state_bits"] = 32
+    if count["moe"]:
+        extra["n_dense_layers"] = mixers - count["moe"]
+        shared = config.get("moe_shared_expert_intermediate_size")
+        if isinstance(shared, int) and shared > 0 and out.get("d_ff_expert"):
+            extra["n_shared_experts"] = max(1, round(shared / out["d_ff_expert"]))
+    extra["mlp_free_layers"] = mixers - ffn
+    return extra
+
+
 # layer_types values the reader models: full, sliding-window, linear and DSA attention
 _LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "linear_attention",
                           "deepseek_sparse_attention"})
@@ -446,6 +532,7 @@ def card_from_hf_config(config: Mapping[str, Any], file: str, name: str) -> Mode
     out["linear_bias"] = model_type in _BIAS_TYPES
     out["qkv_bias"] = bool(config.get("attention_bias", model_type in {"qwen2", "qwen2_moe"}))
     out.update(_hf_layer_pattern(config, model_type, out))
+    out.update(_hf_hybrid(config, out, file))
     if out.get("kv_lora_rank"):
         # MLA's head dims are its nope, rope and v dims; GLM-5's head_dim 64 is its rope dim
         out.pop("head_dim", None)

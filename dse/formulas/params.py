@@ -116,10 +116,17 @@ def attention_params(m: ModelSpec, s: Shard):
     return (1.0 - f) * full_attention_params(m, s) + f * linear_attention_params(m, tp)
 
 
+def dense_mlp_share(m: ModelSpec):
+    """Share of the dense-MLP layers that have an MLP (1 but in Nemotron-H-style hybrids,
+    whose attention blocks have none: the mean layer then carries that share of one)."""
+    return 1.0 - m.mlp_free_layers / _xp().maximum(m.n_dense_layers, 1.0)
+
+
 def dense_mlp_params(m: ModelSpec, ff):
-    """A dense MLP of width ``ff`` (gated: 3 matrices; plain: 2), with biases if any."""
-    return m.mlp_matrices * m.d_model * ff + m.linear_bias * ((m.mlp_matrices - 1.0) * ff
-                                                              + m.d_model)
+    """A dense MLP of width ``ff`` (gated: 3 matrices; plain: 2), with biases if any,
+    averaged over the dense-MLP layers (:func:`dense_mlp_share`)."""
+    return dense_mlp_share(m) * (m.mlp_matrices * m.d_model * ff
+                                 + m.linear_bias * ((m.mlp_matrices - 1.0) * ff + m.d_model))
 
 
 def moe_mlp_params(m: ModelSpec, s: Shard, experts):

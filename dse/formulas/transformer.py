@@ -199,7 +199,11 @@ def layer_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, pa
     common["overhead"] = parts.overhead(rates.layer_overhead_s)
     reduce = parts.comm(comm.all_reduce_s(t * d * a / 8.0, par.tp, rates))
 
-    dense = dict(common, tp_comm=parts.scale(reduce, 2.0), mlp=done["mlp"])
+    # a dense layer's MLP, averaged over the dense layers (Nemotron-H's attention blocks
+    # have none, and one all-reduce: after the mixer, as each MLP block has its own)
+    share = params.dense_mlp_share(m)
+    dense = dict(common, tp_comm=parts.scale(reduce, 1.0 + share),
+                 mlp=parts.scale(done["mlp"], share))
     if "lora" in features:
         dense["lora"] = done["lora"]
     if not moe_features:

@@ -51,6 +51,9 @@ class ModelSpec:
     d_ff_expert: Any
     n_shared_experts: Any
     n_dense_layers: Any  # leading layers with a dense MLP in an MoE model
+    # of the dense-MLP layers, those whose block has no MLP at all (Nemotron-H and
+    # Nemotron-3 attention blocks: each block is a norm and one mixer or one MLP)
+    mlp_free_layers: Any
     # Multi-head latent attention (kv_lora_rank = 0: standard attention)
     q_lora_rank: Any
     kv_lora_rank: Any

@@ -23,14 +23,17 @@ NEW = ["deepseek-r1", "kimi-k2", "minimax-m2", "qwen3-32b", "qwen3-next-80b-a3b"
        "qwen3-0.6b", "qwen3-1.7b", "qwen3-coder-480b-a35b", "qwen3-vl-2b", "qwen3-vl-4b",
        "qwen3-vl-8b", "qwen3-vl-32b", "qwen3-vl-30b-a3b", "qwen3-vl-235b-a22b",
        "qwen3.5-122b-a10b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.6-27b",
-       "qwen3.6-35b-a3b", "glm-5.1", "kimi-k2.6", "kimi-k2.7-code", "minimax-m2.7"]
+       "qwen3.6-35b-a3b", "glm-5.1", "kimi-k2.6", "kimi-k2.7-code", "minimax-m2.7",
+       # Mamba-2 hybrids (dse.catalogue.model._hf_hybrid)
+       "nemotron-3-nano-30b-a3b", "nemotron-h-56b"]
 ARCHITECTURE = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
                 "vocab_size", "n_experts", "top_k", "d_ff_expert", "n_shared_experts",
                 "n_dense_layers", "moe_layer_step", "kv_lora_rank", "q_lora_rank",
                 "sliding_window", "sliding_window_layers", "linear_layers",
                 "linear_value_heads", "attention_sinks", "attention_output_gate",
                 "expert_bias", "qk_norm", "qkv_bias", "tied_embeddings", "index_topk",
-                "index_n_heads", "index_head_dim")
+                "index_n_heads", "index_head_dim", "mlp_free_layers", "linear_key_heads",
+                "linear_key_head_dim", "linear_value_head_dim", "linear_state_bits")
 
 
 @pytest.mark.parametrize("name", NEW)
