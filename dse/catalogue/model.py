@@ -30,7 +30,8 @@ _OPTIONAL_INT = ("n_kv_heads", "norms_per_layer", "head_dim", "learned_pos_rows"
                  "moe_layer_step", "linear_layers", "linear_key_heads", "linear_value_heads",
                  "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel",
                  "linear_state_bits", "index_topk", "index_n_heads", "index_head_dim",
-                 "mlp_free_layers")
+                 "mlp_free_layers", "vision_layers", "vision_width", "vision_d_ff",
+                 "vision_merge", "vision_mergers", "vision_patch_inputs", "vision_positions")
 _BOOL = ("tied_embeddings", "qkv_bias", "linear_bias", "qk_norm", "norm_bias",
          "attention_sinks", "attention_output_gate", "expert_bias")
 _CHOICE = {"mlp": ("gated", "plain"), "norm": ("rmsnorm", "layernorm"),
@@ -128,6 +129,12 @@ class ModelCard:
             raise InputError(self.file, "mlp_free_layers", f"{f['mlp_free_layers']} exceeds the "
                              f"{_dense_layers(f)} layers without experts",
                              f"0..{_dense_layers(f)}")
+        if f.get("vision_layers"):
+            for key in ("vision_width", "vision_d_ff", "vision_merge", "vision_mergers",
+                        "vision_patch_inputs"):
+                if not f.get(key):
+                    raise InputError(self.file, key, "missing for a model with a vision "
+                                     "encoder (vision_layers > 0)", "a positive integer")
         if f.get("kv_lora_rank"):
             for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
                 if not f.get(key):
@@ -188,6 +195,11 @@ class ModelCard:
             linear_state_bits=f.get("linear_state_bits", 16),
             index_topk=f.get("index_topk", 0), index_n_heads=f.get("index_n_heads", 0),
             index_head_dim=f.get("index_head_dim", 0),
+            vision_layers=f.get("vision_layers", 0), vision_width=f.get("vision_width", 0),
+            vision_d_ff=f.get("vision_d_ff", 0), vision_merge=f.get("vision_merge", 1),
+            vision_mergers=f.get("vision_mergers", 0),
+            vision_patch_inputs=f.get("vision_patch_inputs", 0),
+            vision_positions=f.get("vision_positions", 0),
         )
         return ModelSpec(**{k: np.float64(v) for k, v in values.items()})
 
@@ -479,6 +491,7 @@ def card_from_hf_config(config: Mapping[str, Any], file: str, name: str) -> Mode
     biases) follow the ``model_type``: Llama/Mistral/Qwen/Mixtral/DeepSeek are gated
     RMSNorm models; GPT-2/OPT/NeoX/BLOOM/Falcon/MPT are plain LayerNorm models.
     """
+    vision = _hf_vision(config, file)
     if isinstance(config.get("text_config"), Mapping):  # multimodal: the language model
         outer = config
         config = dict(config["text_config"])
@@ -556,4 +569,33 @@ def card_from_hf_config(config: Mapping[str, Any], file: str, name: str) -> Mode
                              "a config.json of a decoder-only transformer")
     if "q_lora_rank" in out and out["q_lora_rank"] is None:
         out.pop("q_lora_rank")
+    out.update(vision)
     return ModelCard.from_mapping(out, file)
+
+
+# vision_config model types whose encoder dse prices (dse.formulas.vision): the ViT of
+# Qwen3-VL and Qwen3.5 (HF Qwen3VLVisionModel); other encoders are left out (a study
+# giving such a model image_tokens is refused)
+_VISION_TYPES = ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "qwen3_5_vision",
+                 "qwen3_5_moe_vision")
+
+
+def _hf_vision(config: Mapping[str, Any], file: str) -> dict:
+    """The vision encoder of a Qwen3-VL / Qwen3.5 config (vision_config), as card keys."""
+    v = config.get("vision_config")
+    if not isinstance(v, Mapping) or str(v.get("model_type", "")) not in _VISION_TYPES:
+        return {}
+    keys = ("depth", "hidden_size", "intermediate_size", "spatial_merge_size", "patch_size",
+            "temporal_patch_size", "in_channels", "num_position_embeddings")
+    for key in keys:
+        value = v.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise InputError(file, f"vision_config.{key}", "missing" if value is None else
+                             f"value {value!r} is not valid", "a positive whole number")
+    deepstack = v.get("deepstack_visual_indexes") or []
+    return dict(vision_layers=v["depth"], vision_width=v["hidden_size"],
+                vision_d_ff=v["intermediate_size"], vision_merge=v["spatial_merge_size"] ** 2,
+                vision_mergers=1 + len(deepstack),
+                vision_patch_inputs=v["in_channels"] * v["temporal_patch_size"]
+                * v["patch_size"] ** 2,
+                vision_positions=v["num_position_embeddings"])

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from ..catalogue.hardware import HardwareSpec
-from ..formulas import disagg, memory, params
+from ..formulas import disagg, memory, params, vision
 from ..formulas.inference import inference
 from ..formulas.serving import replica_load, spec_step_tokens
 from ..formulas.operators import stored_bits
@@ -171,14 +171,16 @@ def serving_replica(p: InferencePoint, models: ModelSpec, hardware: HardwareSpec
     """(engine step model, load, lengths) of one replica of each point under load, as
     :func:`dse.formulas.serving.replica_load` builds them (for tests and tools that run
     the same engine step elsewhere, e.g. a discrete-event simulator)."""
+    p = _with_images(p, features)
     p, m, hw, precision, rates, capacity = _inference_inputs(p, models, hardware)
     par = Parallel(p.tp, p.pp, p.dp, p.ep, p.ep_redundant_experts)
     s = params.shard(m, p.tp)
     weights = memory.weight_params_per_device(m, s, par) * precision.weight_bits / 8.0
+    if "vision" in features:
+        weights = weights + vision.vision_params(m) / p.tp * vision.VISION_BITS / 8.0
     sm, ld, lengths, *_ = replica_load(
         m, s, precision, Workload(p.batch, p.input_len, p.output_len, p.prefill_chunk),
-        _serving(p, hw), rates, par, Options(p.flash_attention, p.lora_rank, p.lora_adapters,
-                                             p.moe_imbalance), features, capacity, weights)
+        _serving(p, hw), rates, par, _options(p), features, capacity, weights)
     return sm, ld, lengths
 
 
@@ -301,16 +303,29 @@ DISAGG_NEEDS = ("ttft_s", "tpot_s", "e2e_s", "queue_s", "frontend_s", "ttft_p50_
                 "throughput_tok_s", "fits")
 
 
+def _with_images(p: InferencePoint, features: frozenset) -> InferencePoint:
+    """A vision-language request's image tokens join its prompt (the language model
+    prefills and caches them as it does text; dse.formulas.vision prices the encoder)."""
+    if "vision" not in features:
+        return p
+    return dataclasses.replace(p, input_len=p.input_len + p.image_tokens)
+
+
+def _options(p: InferencePoint) -> Options:
+    return Options(p.flash_attention, p.lora_rank, p.lora_adapters, p.moe_imbalance,
+                   p.image_tokens)
+
+
 def _evaluate_inference(p: InferencePoint, models: ModelSpec, hardware: HardwareSpec,
                         features: frozenset, names: frozenset) -> dict:
+    p = _with_images(p, features)
     if "disagg" in features:
         return _evaluate_disagg(p, models, hardware, features, names)
     p, m, hw, precision, rates, capacity = _inference_inputs(p, models, hardware)
     draft = take(models, p.draft_model) if "speculative" in features else None
     out = inference(
         m, rates, capacity, Workload(p.batch, p.input_len, p.output_len, p.prefill_chunk),
-        Parallel(p.tp, p.pp, p.dp, p.ep, p.ep_redundant_experts), precision,
-        Options(p.flash_attention, p.lora_rank, p.lora_adapters, p.moe_imbalance),
+        Parallel(p.tp, p.pp, p.dp, p.ep, p.ep_redundant_experts), precision, _options(p),
         Speculation(draft, p.draft_len, p.acceptance_rate),
         Power(hw.tdp_w, hw.price_usd_per_s * price_scale(p), p.power_static, p.power_compute,
               p.power_memory, p.power_network), features, names, XLA_CPU,

@@ -56,6 +56,9 @@ class StepModel(NamedTuple):
     verify_attention_s: Any = 0.0
     verify_attention_stage_s: Any = 0.0
     layers: Any = 1.0
+    # a vision-language model's encoder, per prompt token (its time per request over the
+    # request's prompt: an uncached prompt token pays its share; dse.formulas.vision)
+    prompt_vision_s: Any = 0.0
 
 
 def _sum_body(parts: dict):
@@ -165,10 +168,11 @@ def step_time(sm: StepModel, decode, prompt, chunks, rank: int, xp=jnp, spec=Non
                               if spec is None else
                               (sm.verify_attention_s, sm.verify_attention_stage_s))
     total = (body_total + head
-             + (decode * per_seq + prompt * sm.prompt_attention_s) / micro
+             + (decode * per_seq + prompt * (sm.prompt_attention_s + sm.prompt_vision_s)) / micro
              + tokens * sm.hop_s_per_token + sm.hop_latency_s)
     stage = (body_stage + head
-             + (decode * per_seq_stage + prompt * sm.prompt_attention_stage_s) / micro)
+             + (decode * per_seq_stage
+                + prompt * (sm.prompt_attention_stage_s + sm.prompt_vision_s)) / micro)
     step = xp.maximum(total, micro * stage) + sm.step_overhead_s + sm.seq_overhead_s * seqs
     if spec is None:
         return step

@@ -34,13 +34,13 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from . import comm, memory, params, parts, serving
+from . import comm, memory, params, parts, serving, vision
 from .transformer import end_parts, layer_parts
 from .types import (PLAIN, Hints, ModelSpec, Options, Parallel, Pass, Power, Precision, Rates,
                     Serving, Speculation, Workload)
 
 COMPONENTS = ("embedding", "norms", "qkv_proj", "attention", "o_proj", "kv_cache", "mlp", "moe",
-              "lora", "lm_head", "tp_comm", "pp_comm", "ep_comm", "overhead")
+              "lora", "lm_head", "tp_comm", "pp_comm", "ep_comm", "overhead", "vision")
 SIDES = ("compute_s", "memory_s", "comm_s")  # a decode side's seconds energy reads (_step)
 PHASES = ("prefill", "decode")
 
@@ -134,6 +134,10 @@ def _timings(m, s, p, w: Workload, rates, par, o, features, hints, spec):
     micro = jnp.minimum(par.pp, w.batch)
     b = w.batch / micro
     prefill, prefill_sum, chunk = _prefill(m, s, p, w, b, micro, rates, par, o, features, hints)
+    if "vision" in features:  # the encoder runs over the batch's images before the prefill
+        images = vision.encoder(m, w.batch, o.image_tokens, p.act_bits, rates, par.tp)
+        prefill = dict(prefill, vision=images)
+        prefill_sum = parts.add(prefill_sum, images)
     decode, decode_sum, steps_per_token = _decode(m, s, p, w, b, micro, rates, par, o,
                                                   features, hints, spec)
     # The serving engine's host work per step (scheduling, input preparation, sampling):
@@ -181,6 +185,8 @@ def inference(m: ModelSpec, rates: Rates, capacity, w: Workload, par: Parallel, 
     # memory per device = fixed + batch x per_seq + micro-batch x per_micro_seq
     length = w.input_len + w.output_len
     weights = memory.weight_params_per_device(m, s, par) * p.weight_bits / 8.0
+    if "vision" in features:  # the encoder's 16-bit weights, sharded as its matmuls are
+        weights = weights + vision.vision_params(m) / par.tp * vision.VISION_BITS / 8.0
     per_seq = memory.kv_cache_bytes(m, s, p, par.pp, 1.0, length, mla)
     if "lora" in features:
         weights = weights + memory.lora_params_per_device(m, s, par.pp, o.lora_rank,
@@ -269,7 +275,7 @@ def inference(m: ModelSpec, rates: Rates, capacity, w: Workload, par: Parallel, 
 
 
 def _signature(phase: dict):
-    """Every component's binding roof in one integer: sum_i code_i 4^i (28 bits)."""
+    """Every component's binding roof in one integer: sum_i code_i 4^i (32 bits)."""
     codes = [parts.bound_code(p.time_s, p.compute_s, p.memory_s, p.comm_s) for p in
              (phase.get(c, parts.ZERO) for c in COMPONENTS)]
     return sum(jnp.asarray(code, jnp.uint32) * jnp.uint32(4 ** i) for i, code in enumerate(codes))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from . import engine, load, memory
+from . import engine, load, memory, vision
 from .types import ModelSpec, Options, Parallel, Power, Precision, Rates, Serving, Workload
 
 
@@ -67,6 +67,9 @@ def _replica_load(m, s, p, w, sv, rates, par, o, features, capacity, weights):
         sv.max_num_tokens)
     sm = engine.step_model(m, s, p, rates, par, o, features, largest,
                            w.input_len, held, sv.max_num_tokens, sv.prefix_cache_hit, spec)
+    if "vision" in features:  # the encoder's time per request, over its prompt tokens
+        one = vision.encoder(m, 1.0, o.image_tokens, p.act_bits, rates, par.tp).time_s
+        sm = sm._replace(prompt_vision_s=one / jnp.maximum(w.input_len, 1.0))
     # a decode step of a speculative engine yields spec_step_tokens tokens per sequence:
     # the load model runs its steps, 1 + (output_len - 1) / E of them per request
     out_len = w.output_len if spec is None else 1.0 + (w.output_len - 1.0) / sv.spec_step_tokens

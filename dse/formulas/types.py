@@ -81,6 +81,17 @@ class ModelSpec:
     index_topk: Any
     index_n_heads: Any
     index_head_dim: Any
+    # A vision encoder (vision_layers = 0: none; dse.formulas.vision): ViT blocks of
+    # vision_width and an MLP of vision_d_ff, vision_merge patches per image token,
+    # vision_mergers patch mergers, vision_patch_inputs pixel values per patch and a
+    # position table of vision_positions rows
+    vision_layers: Any = 0.0
+    vision_width: Any = 0.0
+    vision_d_ff: Any = 0.0
+    vision_merge: Any = 1.0
+    vision_mergers: Any = 0.0
+    vision_patch_inputs: Any = 0.0
+    vision_positions: Any = 0.0
 
     def astype(self, dtype) -> "ModelSpec":
         return pytrees.astype(self, dtype)
@@ -224,6 +235,7 @@ class Options(NamedTuple):
     lora_rank: Any
     lora_adapters: Any
     moe_imbalance: Any = 1.0  # max over mean tokens per expert (1: balanced routing)
+    image_tokens: Any = 0.0  # a request's image tokens (vision-language models)
 
 
 class Workload(NamedTuple):
@@ -317,6 +329,7 @@ class Schedule(NamedTuple):
     pp_overlap: Any
     pp_schedule: Any = 0.0  # 0 1F1B (interleaved when virtual > 1), 1 GPipe, 2 ZB-H1, 3 DualPipe
     moe_imbalance: Any = 1.0  # max over mean tokens per expert (1: balanced routing)
+    image_tokens: Any = 0.0  # a request's image tokens (vision-language models)
 
 
 @pytrees.register

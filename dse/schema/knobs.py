@@ -118,6 +118,9 @@ class InferencePoint:
                                  "(0: no scales)", "elements")
     flash_attention: Any = knob(True, "flag", "fused attention (no score matrix in memory)")
     prefill_chunk: Any = knob(0, "int0", "tokens per prefill chunk (0: whole prompt)", "tokens")
+    image_tokens: Any = knob(0, "int0", "image tokens per request as the language model sees "
+                             "them (after the vision encoder's merger; one image, which the "
+                             "encoder runs over first: vision-language models)", "tokens")
     usecase: Any = knob(None, "usecase", "use-case preset (sets input_len and output_len)")
     # Serving under load (docs/serving.md): a closed loop of clients or open-loop arrivals
     concurrency: Any = knob(0, "int0", "closed-loop clients of the deployment, each sending "

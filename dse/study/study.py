@@ -131,6 +131,8 @@ class Study:
                 out.add("lora")
             if any(v > 0 for v in self.values("draft_len")):
                 out.add("speculative")
+            if any(v > 0 for v in self.values("image_tokens")):
+                out.add("vision")
             if self.under_load:
                 out.add("load")
                 if any(v > 0 for v in self.values("spec_tokens")):
@@ -318,6 +320,12 @@ def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = No
                   output=parse_output(raw, file, mode, axis_names), dtype=dtype,
                   sections=dict(raw), pipeline=pipeline, calibration=calibration,
                   framework=framework, search=search, sensitivity=sensitivity)
+    if mode == "inference" and "vision" in study.features:
+        without = [c.name for c in study.models if not c.fields.get("vision_layers")]
+        if without:
+            raise InputError(file, "axes.image_tokens", f"model {without[0]!r} has no vision "
+                             "encoder dse prices", "0, or a vision-language model (Qwen3-VL, "
+                             "Qwen3.5, Qwen3.6: its card lists vision_layers)")
     if search is not None and "load" in study.features:  # SLOs: the default constraints
         study = dataclasses.replace(study, search=with_slo_constraints(
             search, study.values, file, mode))
