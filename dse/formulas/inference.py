@@ -265,12 +265,18 @@ def inference(m: ModelSpec, rates: Rates, capacity, w: Workload, par: Parallel, 
     if "bound_signature" in names:
         out["bound_signature"] = jnp.stack(jnp.broadcast_arrays(
             _signature(t["prefill"]), _signature(t["decode"])))
-    # the regime: the roof that holds most of the time of the phase that takes most of a
-    # request's (prefill: TTFT; decode: the other output_len - 1 steps)
-    decoding = (t["e2e"] - t["ttft"]) > t["ttft"]
-    out["dominant_phase"] = decoding.astype(jnp.uint8)
-    out["regime"] = jnp.where(decoding, parts.regime(parts.roof_seconds(t["decode"])),
-                              parts.regime(parts.roof_seconds(t["prefill"])))
+    if names & {"regime", "dominant_phase"}:
+        # the regime: the roof with the most seconds in the phase that takes most of a
+        # request's time (prefill: TTFT; decode: the other output_len - 1 steps)
+        decoding = (t["e2e"] - t["ttft"]) > t["ttft"]
+        out["dominant_phase"] = decoding.astype(jnp.uint8)
+
+        def roofs(phase, total):
+            return parts.regime(parts.roof_seconds(
+                total, phase.get("overhead", parts.ZERO).time_s))
+
+        out["regime"] = jnp.where(decoding, roofs(t["decode"], t["decode_sum"]),
+                                  roofs(t["prefill"], t["prefill_sum"]))
     return out
 
 

@@ -159,24 +159,17 @@ def bound_code(time_s, compute_s, memory_s, comm_s):
 REGIMES = ("compute", "memory", "communication", "host")  # the regime codes, in order
 
 
-def roof_seconds(phase: dict[str, Part], scale=1.0) -> list:
-    """A phase's time by the roof that binds each of its parts, in :data:`REGIMES` order:
-    a part's time goes to communication when it sends, else to the larger of its compute
-    and memory sides, and to host when it has neither FLOPs, bytes nor messages behind it
-    (launch and scheduling overheads: the ``overhead`` component)."""
-    out = [0.0, 0.0, 0.0, 0.0]
-    for part in phase.values():
-        time = part.time_s * scale
-        host = (part.compute_s <= 0.0) & (part.memory_s <= 0.0) & (part.comm_s <= 0.0)
-        code = jnp.where(host, 3, bound_code(part.time_s, part.compute_s, part.memory_s,
-                                             part.comm_s))
-        out = [o + jnp.where(code == k, time, 0.0) for k, o in enumerate(out)]
-    return out
+def roof_seconds(total: Part, host_s) -> list:
+    """A phase's seconds on each roof, in :data:`REGIMES` order, from its summed part:
+    the compute and memory sides and the messages of all its operators, and the host
+    time (launch and scheduling overheads: the ``overhead`` component, which has no
+    FLOPs, bytes or messages). The regime compares what each roof alone would take."""
+    return [total.compute_s, total.memory_s, total.comm_s, host_s]
 
 
 def regime(seconds: list):
-    """The roof that holds most of the time (:data:`REGIMES` code, uint8); 0 (compute)
-    where there is no time."""
+    """The roof with the most seconds (:data:`REGIMES` code, uint8); 0 (compute) where
+    there is no time."""
     return jnp.argmax(jnp.stack(jnp.broadcast_arrays(*seconds)), axis=0).astype(jnp.uint8)
 
 

@@ -711,8 +711,11 @@ def training(m: ModelSpec, rates: Rates, capacity, peak_flops, price_usd_per_s, 
     )
     if "bound_signature" in names:
         out["bound_signature"] = _signature(stage)[None]
-    # the regime: the roof that holds most of the step (the bubble idles every roof alike)
-    seconds = parts.roof_seconds(stage, micro_batches)
-    seconds[2] = seconds[2] + pp_comm + dp_comm
-    out["regime"] = parts.regime(seconds)
+    if "regime" in names:  # the roof with the most seconds of the step (the bubble
+        # idles every roof alike); exposed pipeline and data-parallel traffic on the links
+        c, mem, link, host = parts.roof_seconds(parts.total(stage), stage.get(
+            "overhead", parts.ZERO).time_s)
+        out["regime"] = parts.regime([micro_batches * c, micro_batches * mem,
+                                      micro_batches * link + pp_comm + dp_comm,
+                                      micro_batches * host])
     return out

@@ -72,7 +72,7 @@ def best(ds: xr.Dataset, metric: str | None = None, k: int = 5, direction: str |
     :data:`RANKED_BY`; for a serving study with SLOs, goodput per device at them, so a
     point that misses them ranks by the requests that meet them; :mod:`dse.results.select`):
     their axis values, key outputs and regime (``bound``: the dominant phase and the roof
-    that holds most of its time)."""
+    with the most seconds in it)."""
     return [row for _, row in ranked(ds, metric, k, direction, constraints)]
 
 
@@ -109,8 +109,8 @@ def ranked(ds: xr.Dataset, metric: str | None = None, k: int = 5, direction: str
 
 
 def regime_label(point: xr.Dataset) -> str:
-    """``"decode: memory"``: a point's dominant phase and the roof that holds most of its
-    time (training: the step's roof)."""
+    """``"decode: memory"``: a point's dominant phase and the roof with the most seconds
+    in it (training: the step's roof)."""
     regime = list(REGIME_CODES)[int(point["regime"])]
     if "dominant_phase" in point:
         return f"{EXTRA_COORDS['phase'][int(point['dominant_phase'])]}: {regime}"

@@ -87,6 +87,7 @@ def enable_compilation_cache(path=None) -> None:
 
 
 DAMAGED = "Error reading persistent compilation cache entry"  # JAX's warning
+UNWRITTEN = "Error writing persistent compilation cache entry"  # JAX's warning
 
 
 def remove_damaged_entries(path) -> int:
@@ -108,12 +109,18 @@ def remove_damaged_entries(path) -> int:
 
 def _heal_on_damage() -> None:
     """On JAX's warning that it could not read a cache entry, remove the damaged entries
-    (the next compile of that program writes it again) and say so in one line instead."""
+    (the next compile of that program writes it again) and say so in one line instead;
+    its warning that it could not write one (a full disk) is not the user's concern."""
     previous = warnings.showwarning
     if getattr(previous, "_dse_heals", False):
         return
 
     def show(message, category, filename, lineno, file=None, line=None):
+        if UNWRITTEN in str(message):
+            # a full disk or a file-size limit: the program ran and its result stands; the
+            # cache is an optional speed-up, and the run's own error (if its result cannot
+            # be written either) is the one line the user needs
+            return None
         if DAMAGED not in str(message):
             return previous(message, category, filename, lineno, file, line)
         import jax

@@ -132,7 +132,7 @@ INFERENCE = Registry({
                               "(component_bound codes)", "codes", optional=True, dims=("phase",)),
     "dominant_phase": Output("1", "the phase that takes most of a request's time (prefill: "
                              "TTFT; decode: the other steps)", "pool"),
-    "regime": Output("1", "the roof that holds most of the dominant phase's time (compute, "
+    "regime": Output("1", "the roof with the most seconds in the dominant phase (compute, "
                      "memory, communication or host overheads)", "regime"),
     "valid": Output("1", "feasible configuration", "bool"),
     "reason": Output("1", "why the configuration is infeasible", "flags"),
@@ -171,7 +171,7 @@ TRAINING = Registry({
     "bound_signature": Output("1", "binding roof of every part of the step, base-4 digits "
                               "(component_bound codes)", "codes", optional=True,
                               dims=("training_pass",)),
-    "regime": Output("1", "the roof that holds most of the step's time (compute, memory, "
+    "regime": Output("1", "the roof with the most seconds in the step (compute, memory, "
                      "communication or host overheads)", "regime"),
     # old names (training said tokens_per_s where inference says throughput_tok_s)
     "tokens_per_s": more("tokens/s", "training tokens per second of the job (old name of "

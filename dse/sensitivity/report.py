@@ -75,9 +75,9 @@ def regime_text(one: xr.Dataset) -> str | None:
     if "regime" not in one:
         return None
     if "roofline_regime" not in one:
-        return f"Regime: {label('')} (the roof that holds most of the dominant phase's time)."
+        return f"Regime: {label('')} (the roof with the most seconds in the dominant phase)."
     return (f"Regime: {label('')} calibrated; {label('roofline_')} on the plain roofline "
-            "(the roof that holds most of the dominant phase's time).")
+            "(the roof with the most seconds in the dominant phase).")
 
 
 def disagreements(one: xr.Dataset) -> list[tuple[str, str, float, float]]:

@@ -20,20 +20,27 @@ from ..conftest import ROOT
 from ..helpers import study_text
 
 
-def test_the_regime_is_the_roof_that_holds_most_of_the_time():
-    """By hand: compute-bound parts of 1 + 2 s, a memory-bound one of 2.5 s, a message
-    of 0.5 s, a launch overhead of 4 s: host holds the most (4 of 10 s); without the
-    overhead compute does (3 of 6 s), and doubling the memory part makes it memory."""
-    phase = {"a": Part(1.0, 1.0, 1.0, 1.0, 0.2, 0.0), "b": Part(2.0, 1.0, 1.0, 2.0, 0.1, 0.0),
-             "c": Part(2.5, 1.0, 1.0, 0.3, 2.5, 0.0), "d": Part(0.5, 0.0, 1.0, 0.0, 0.1, 0.5),
+def test_the_regime_is_the_roof_with_the_most_seconds():
+    """By hand: parts with compute sides 1 + 1 + 0.3 = 2.3 s, memory sides 0.2 + 0.1 +
+    2.5 = 2.8 s, a message of 0.5 s and a launch overhead of 4 s: host (4 > 2.8 > 2.3);
+    without the overhead memory; with the memory part halved compute (2.3 > 1.55)."""
+    phase = {"a": Part(1.0, 1.0, 1.0, 1.0, 0.2, 0.0), "b": Part(2.0, 1.0, 1.0, 1.0, 0.1, 0.0),
+             "c": Part(2.5, 1.0, 1.0, 0.3, 2.5, 0.0), "d": Part(0.5, 0.0, 1.0, 0.0, 0.0, 0.5),
              "overhead": parts.overhead(4.0)}
-    seconds = [float(s) for s in parts.roof_seconds(phase)]
-    assert seconds == [3.0, 2.5, 0.5, 4.0]
-    assert parts.REGIMES[int(parts.regime(parts.roof_seconds(phase)))] == "host"
+
+    def regime(ph):
+        total = parts.total(ph)
+        return parts.REGIMES[int(parts.regime(parts.roof_seconds(
+            total, ph.get("overhead", parts.ZERO).time_s)))]
+
+    total = parts.total(phase)
+    assert [float(x) for x in parts.roof_seconds(total, 4.0)] == pytest.approx(
+        [2.3, 2.8, 0.5, 4.0])
+    assert regime(phase) == "host"
     del phase["overhead"]
-    assert parts.REGIMES[int(parts.regime(parts.roof_seconds(phase)))] == "compute"
-    phase["c"] = Part(5.0, 1.0, 1.0, 0.3, 5.0, 0.0)
-    assert parts.REGIMES[int(parts.regime(parts.roof_seconds(phase)))] == "memory"
+    assert regime(phase) == "memory"
+    phase["c"] = Part(1.25, 1.0, 1.0, 0.3, 1.25, 0.0)
+    assert regime(phase) == "compute"
 
 
 def _one(text: str):
@@ -120,8 +127,8 @@ def test_agreeing_answers_print_no_disagreement_line():
                                             input_len=512, output_len=256), "<t>"))
     assert "roofline_tpot_s" not in ds
     (_, one), = workloads(ds)
-    assert regime_text(one) == ("Regime: decode, memory-bound (the roof that holds most of "
-                                "the dominant phase's time).")
+    assert regime_text(one) == ("Regime: decode, memory-bound (the roof with the most "
+                                "seconds in the dominant phase).")
     assert disagreement_line(one) is None
 
 
