@@ -12,7 +12,7 @@ import json
 import numpy as np
 
 from ..results import select
-from ..results.summary import SHOWN, format_value, reason_counts
+from ..results.summary import SHOWN, format_value, reason_counts, regime_label
 from .bars import config_label
 from .facets import FACETS, at_point, best_points
 from .figures import NotApplicable, pick_metric
@@ -75,8 +75,11 @@ def _grid_summary(res: Result) -> list[str]:
         row.append((config_label(res, point) or "the study's fixed values") if feasible
                    else "no feasible configuration")
         row += [_cell(k, one[k].item()) if feasible else "" for k in shown]
+        if "regime" in ds.data_vars:  # the dominant phase and its roof (outputs.md#regime)
+            row.append(regime_label(one) if feasible else "")
         rows.append(row)
-    header = [a for a in FACETS if a in res.axes] + ["configuration"] + shown
+    header = ([a for a in FACETS if a in res.axes] + ["configuration"] + shown
+              + (["bound"] if "regime" in ds.data_vars else []))
     out.append(f"<h2>Best configuration per {' x '.join(a for a in FACETS if a in res.axes) or 'study'}"
                f" (by {html.escape(metric)}, feasible)</h2>" + _table(header, rows))
     return out

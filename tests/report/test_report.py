@@ -74,6 +74,12 @@ def test_report_of_every_example_study(name, reports):
     html = page.read_text()
     assert html.startswith("<!doctype html>") and "Best configuration per" in html
     assert "<h2>Study</h2>" in html
+    # inference and training sweeps say each best point's regime (issue 37 item 3)
+    text = (STUDIES / name).read_text()
+    if "[output.reduce]" not in text and 'mode = "pipeline"' not in text and (
+            "\nvariables" not in text):
+        assert "<th>bound</th>" in html and re.search(
+            r"<td>((prefill|decode): )?(compute|memory|communication|host)</td>", html), name
 
 
 # What the Datasets hold decides the figures: per-component variables give a roofline
