@@ -167,7 +167,14 @@ def _load_model_file(path: Path, name: str | None = None) -> ModelCard:
         except json.JSONDecodeError as err:
             raise InputError(path, None, f"not valid JSON: {err}") from None
         stem = path.parent.name if path.name == "config.json" else path.stem
-        return card_from_hf_config(config, str(path), name=name or stem.lower())
+        beside = path.with_name("hf_quant_config.json")  # ModelOpt's, beside the config
+        quant = None
+        if path.name == "config.json" and beside.is_file():
+            try:
+                quant = json.loads(checks.read_text(beside, kind="an hf_quant_config.json"))
+            except json.JSONDecodeError as err:
+                raise InputError(beside, None, f"not valid JSON: {err}") from None
+        return card_from_hf_config(config, str(path), name=name or stem.lower(), quant=quant)
     data = _read_toml(path, None, None)
     card = ModelCard.from_mapping(data, str(path), name=path.stem)
     if card.name != path.stem:

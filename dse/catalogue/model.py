@@ -43,7 +43,10 @@ _TEXT = ("name", "long_name", "family", "source", "notes", "activation",
          "published_params_source")
 _FLOAT = ("sliding_window_layers",)
 KNOWN_KEYS = frozenset(_REQUIRED_INT + _OPTIONAL_INT + _BOOL + tuple(_CHOICE) + _TEXT + _FLOAT
-                       + ("aliases",))
+                       + ("aliases", "checkpoints"))
+# a quantized checkpoint's precision: the study's default for the keys it leaves out
+CHECKPOINT_KEYS = ("weight_bits", "kv_bits")
+_CHECKPOINT_BITS = (4, 8, 16)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +91,14 @@ class ModelCard:
         for key, choices in _CHOICE.items():
             if key in data and data[key] not in choices:
                 raise InputError(file, key, f"value {data[key]!r} is not valid", ", ".join(choices))
+        checkpoints = data.get("checkpoints", {})
+        if not isinstance(checkpoints, Mapping) or any(
+                not isinstance(v, Mapping) or set(v) - set(CHECKPOINT_KEYS)
+                or any(b not in _CHECKPOINT_BITS or isinstance(b, bool) for b in v.values())
+                for v in checkpoints.values()):
+            raise InputError(file, "checkpoints", f"value {checkpoints!r} is not valid",
+                             "a table: checkpoint id (one of the aliases, or the source's own) "
+                             "-> { weight_bits = 4 | 8 | 16, kv_bits = 8 | 16 }")
         frac = data.get("sliding_window_layers", 1.0)
         if not isinstance(frac, (int, float)) or isinstance(frac, bool) or not 0 <= frac <= 1:
             raise InputError(file, "sliding_window_layers", f"value {frac!r} is not valid",
@@ -484,7 +495,8 @@ _LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "linear_attenti
                           "deepseek_sparse_attention"})
 
 
-def card_from_hf_config(config: Mapping[str, Any], file: str, name: str) -> ModelCard:
+def card_from_hf_config(config: Mapping[str, Any], file: str, name: str,
+                        quant: Mapping[str, Any] | None = None) -> ModelCard:
     """Translate a Hugging Face ``config.json`` into a catalogue card.
 
     Architecture details the config leaves implicit (gated vs plain MLP, norm kind,
@@ -492,6 +504,7 @@ def card_from_hf_config(config: Mapping[str, Any], file: str, name: str) -> Mode
     RMSNorm models; GPT-2/OPT/NeoX/BLOOM/Falcon/MPT are plain LayerNorm models.
     """
     vision = _hf_vision(config, file)
+    outer_config = config
     if isinstance(config.get("text_config"), Mapping):  # multimodal: the language model
         outer = config
         config = dict(config["text_config"])
@@ -570,7 +583,53 @@ def card_from_hf_config(config: Mapping[str, Any], file: str, name: str) -> Mode
     if "q_lora_rank" in out and out["q_lora_rank"] is None:
         out.pop("q_lora_rank")
     out.update(vision)
+    bits = checkpoint_precision(outer_config, quant)
+    if bits:
+        out["checkpoints"] = {name: bits}
     return ModelCard.from_mapping(out, file)
+
+
+def checkpoint_precision(config: Mapping[str, Any], quant: Mapping[str, Any] | None = None
+                         ) -> dict:
+    """The precision a quantized checkpoint's config states for its linear layers:
+    ``quantization_config`` (HF FP8 and its block-scaled form, ModelOpt, compressed-tensors,
+    AWQ/GPTQ) or ModelOpt's ``hf_quant_config.json`` (``quant``): weight_bits and
+    kv_bits. gpt-oss's MXFP4 quantizes the experts alone, which one weight_bits cannot
+    say: left out (a study states its precision)."""
+    out: dict[str, int] = {}
+    q = (quant or {}).get("quantization") if quant else None
+    if isinstance(q, Mapping):
+        algo = str(q.get("quant_algo", "")).upper()
+        out.update({"FP8": {"weight_bits": 8}, "FP8_PB_WO": {"weight_bits": 8},
+                    "NVFP4": {"weight_bits": 4}, "W4A8_AWQ": {"weight_bits": 4},
+                    "W4A16_AWQ": {"weight_bits": 4}}.get(algo, {}))
+        if str(q.get("kv_cache_quant_algo", "")).upper() in ("FP8", "NVFP4"):
+            out["kv_bits"] = 8
+        return out
+    c = config.get("quantization_config")
+    if not isinstance(c, Mapping):
+        return out
+    method = str(c.get("quant_method", "")).lower()
+    if method == "fp8":
+        out["weight_bits"] = 8
+    elif method == "modelopt":
+        algo = str(c.get("quant_algo", "")).upper()
+        out.update({"FP8": {"weight_bits": 8}, "NVFP4": {"weight_bits": 4}}.get(algo, {}))
+        if str(c.get("kv_cache_quant_algo", "")).upper() == "FP8":
+            out["kv_bits"] = 8
+    elif method in ("awq", "gptq"):
+        if c.get("bits") in (4, 8):
+            out["weight_bits"] = c["bits"]
+    elif method == "compressed-tensors":
+        groups = c.get("config_groups")
+        bits = {g.get("weights", {}).get("num_bits") for g in groups.values()
+                if isinstance(g, Mapping)} if isinstance(groups, Mapping) else set()
+        if len(bits) == 1 and next(iter(bits)) in (4, 8):
+            out["weight_bits"] = next(iter(bits))
+        kv = c.get("kv_cache_scheme")
+        if isinstance(kv, Mapping) and kv.get("num_bits") == 8:
+            out["kv_bits"] = 8
+    return out
 
 
 # vision_config model types whose encoder dse prices (dse.formulas.vision): the ViT of

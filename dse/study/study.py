@@ -269,6 +269,8 @@ def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = No
         return {n: loader(n, referrer=file, key=f"axes.{key}", base_dir=base_dir) for n in names}
 
     model_cards = resolve("model", load_model)
+    if mode in ("inference", "pipeline"):
+        _checkpoint_defaults(model_cards, fields, axes_raw, fixed, file)
     hardware_cards = resolve("hardware", load_hardware) if "hardware" in fields else {}
     draft_cards = resolve("draft_model", load_model) if "draft_model" in fields else {}
     pool_cards = {key: resolve(key, load_hardware) for key in POOL_HARDWARE if key in fields}
@@ -331,6 +333,30 @@ def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = No
             search, study.values, file, mode))
     _check_contradictions(study)
     return _check_load(_check_disagg(study, axes_raw, derived), axes_raw)
+
+
+def _checkpoint_defaults(cards: dict, fields, axes_raw: dict, fixed: dict, file) -> None:
+    """A quantized checkpoint's precision (its card's ``checkpoints``, keyed by the name
+    the study wrote or the card's own) is the default of weight_bits and kv_bits where
+    the study states neither; models whose checkpoints differ need the study to state it."""
+    from ..catalogue.lookup import normalized
+
+    for key in ("weight_bits", "kv_bits"):
+        if key not in fields or key in axes_raw:
+            continue
+        found = {}
+        for written, card in cards.items():
+            table = {normalized(k): v for k, v in card.fields.get("checkpoints", {}).items()}
+            bits = (table.get(normalized(written)) or table.get(normalized(card.name)) or {})
+            found[written] = bits.get(key)
+        stated = {v for v in found.values()}
+        if stated == {None}:
+            continue
+        if len(stated) > 1:
+            said = ", ".join(f"{w}: {v or fields[key].default}" for w, v in found.items())
+            raise InputError(file, f"axes.{key}", f"not given, and the models' checkpoints "
+                             f"differ ({said})", f"axes.{key} stated for all of them")
+        fixed[key] = stated.pop()
 
 
 # What a study runs under when it names no calibration: the shipped fit of every public
