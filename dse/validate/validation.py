@@ -34,7 +34,8 @@ from .predict import Problem, predict_with_reasons, problem
 from .rows import KINDS, STATUSES, UNFITTED, Case, Skip, pooled, read
 
 # Columns of ``dse validate --rows OUT.csv``.
-ROW_COLUMNS = ("id", "kind", "metric", "measured", "predicted", "ape", "status", "note")
+ROW_COLUMNS = ("id", "kind", "metric", "measured", "predicted", "ape", "status", "note",
+               "model_card", "hardware_card")  # the catalogue cards the row resolved to
 
 METHODS = ("calibrated", "roofline", "leave_one_hardware_out", "leave_one_model_out")
 
@@ -318,18 +319,20 @@ class Validation:
 
     def rows(self) -> list[dict]:
         """One record per input row: id, kind, metric, measured, predicted (calibrated),
-        ape (%), status, and what was assumed or why it is not scored."""
+        ape (%), status, what was assumed or why it is not scored, and the catalogue
+        cards its model and device strings resolved to (empty where it is not scored)."""
         out = []
         for i, c in enumerate(self.cases):
             pred = float(self.predictions["calibrated"][i])
             out.append(dict(id=c.id, kind=c.kind, metric=c.metric, measured=c.measured,
                             predicted=pred, ape=abs(pred / c.measured - 1.0) * 100.0,
                             status="flagged" if c.flag else "scored",
-                            note=c.flag or c.assumed))
+                            note=c.flag or c.assumed, model_card=c.model.name,
+                            hardware_card=c.hardware))
         for s in self.skips:
             out.append(dict(id=s.id, kind=s.kind, metric=s.metric, measured=s.measured,
                             predicted=float("nan"), ape=float("nan"), status=s.status,
-                            note=s.reason))
+                            note=s.reason, model_card="", hardware_card=""))
         return out
 
     def write_rows(self, path) -> Path:

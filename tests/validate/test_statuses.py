@@ -154,8 +154,12 @@ def test_every_row_has_a_status_and_the_assumptions_are_said(result, tmp_path):
                  "--rows", str(out)]) == 0
     lines = list(csv.DictReader(out.open()))
     assert [k for k in lines[0]] == ["id", "kind", "metric", "measured", "predicted", "ape",
-                                     "status", "note"]
+                                     "status", "note", "model_card", "hardware_card"]
     assert {r["id"]: r["status"] for r in lines} == status
+    # each scored row says which catalogue cards its strings resolved to (issue 40 item 4)
+    cards = {c.id: (c.model.name, c.hardware) for c in v.cases}
+    for r in lines:
+        assert (r["model_card"], r["hardware_card"]) == cards.get(r["id"], ("", ""))
     scored = [r for r in lines if r["status"] == "scored"]
     assert all(np.isfinite(float(r["ape"])) for r in scored)
 
