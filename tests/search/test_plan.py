@@ -131,7 +131,7 @@ def mixed():
     from dse.study import parse_study
 
     study = parse_study(MIXED, "<mixed>")
-    unlimited = dse.plan(study, 6.0, prices={"h200": 3.5})
+    unlimited = dse.plan(study, 20.0, prices={"h200": 3.5})
     fleet = {"h100-sxm": 16, "h200": 32}
     return study, unlimited, dse.plan(study, 20.0, fleet=fleet, prices={"h200": 3.5}), fleet
 
@@ -168,7 +168,7 @@ def test_the_cheapest_mix_within_a_fleet(mixed):
     rate at the replicas' rates at the objectives, holds within the fleet per device, and
     no mix is cheaper: every other combination of the candidate deployments' replica
     counts within the fleet (enumerated) that serves the rate costs at least as much."""
-    study, _, p, fleet = mixed
+    study, unlimited, p, fleet = mixed
     mix = p.mix
     assert len(mix) >= 2 and not len(p.table)  # single deployments do not fit
     assert mix["max_rate_req_s"].sum() >= 20.0
@@ -178,7 +178,7 @@ def test_the_cheapest_mix_within_a_fleet(mixed):
             used[hw] = used.get(hw, 0) + n
     assert all(used[hw] <= fleet[hw] for hw in used)
     # brute force over the unlimited plan's deployments (the same rates per replica)
-    cands = dse.plan(study, 20.0, prices={"h200": 3.5}).table
+    cands = unlimited.table
     per = [(r["max_rate_per_replica_req_s"], r["usd_per_hour"] / r["replicas"],
             _devices_by_hardware(dict(r, replicas=1))) for _, r in cands.iterrows()]
     best = math.inf
