@@ -154,10 +154,11 @@ def _cmd_sensitivity(args) -> int:
     points = study.size
     print(f"{study.name}: {points:,} points x {n} hardware parameters in "
           f"{time.perf_counter() - start:.3g} s")
-    for label, one in workloads(ds)[:3]:  # the report has every workload's
+    shown = workloads(ds)
+    for label, one in shown[:3]:  # the report has every workload's
         for line in (regime_text(one), disagreement_line(one)):
             if line:
-                print(f"{label}: {line}" if len(workloads(ds)) > 1 else line)
+                print(f"{label}: {line}" if len(shown) > 1 else line)
     print(f"wrote {out}, " + ", ".join(str(p) for p in list(paths.values())[:2])
           + f" and {len(paths) - 2} tornado charts")
     return 0
