@@ -24,7 +24,7 @@ EXIT_INPUT = 2
 # The figures `dse plot` draws, in the report's order: dse.report.kinds.KINDS, named here
 # so that the parser needs no plotting import (tests/test_cli.py checks they agree).
 PLOT_KINDS = ("heatmap", "pareto", "roofline", "memory", "latency", "load", "frontier",
-              "tornado", "history")
+              "tiers", "tornado", "history")
 
 
 def _cmd_sweep(args) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..catalogue.usecases import USECASES
-from ..schema.knobs import OPTIMIZERS, PP_SCHEDULES, RECOMPUTE, SERVING
+from ..schema.knobs import KV_OFFLOAD, OPTIMIZERS, PP_SCHEDULES, RECOMPUTE, ROUTING, SERVING
 from .tables import numpy_dtype
 
 INDEX_KEYS = ("model", "hardware", "draft_model", "usecase", "framework", "prefill_hardware",
@@ -38,6 +38,10 @@ def encode(study, key: str, values) -> np.ndarray:
     if key == "usecase":
         return np.asarray([list(USECASES).index(v) if v is not None else -1 for v in values],
                           np.int32)
+    if key == "routing":
+        return np.asarray([ROUTING.index(v) for v in values], numpy_dtype(study))
+    if key == "kv_offload":
+        return np.asarray([KV_OFFLOAD.index(v) for v in values], numpy_dtype(study))
     if key == "recompute":
         return np.asarray([RECOMPUTE.index(v) for v in values], numpy_dtype(study))
     if key == "pp_schedule":

@@ -14,9 +14,9 @@ import jax
 import jax.numpy as jnp
 
 from ..catalogue.hardware import HardwareSpec
-from ..formulas import disagg, memory, params, vision
+from ..formulas import disagg, memory, params, sessions, vision
 from ..formulas.inference import inference
-from ..formulas.serving import replica_load, spec_step_tokens
+from ..formulas.serving import node_axes, replica_load, spec_step_tokens
 from ..formulas.operators import stored_bits
 from ..formulas.pipeline import pipeline
 from ..formulas.roofline import compute_width, peak_at_width, surface_slot
@@ -167,21 +167,26 @@ def _inference_inputs(p: InferencePoint, models: ModelSpec, hardware: HardwareSp
 
 
 def serving_replica(p: InferencePoint, models: ModelSpec, hardware: HardwareSpec,
-                    features: frozenset = frozenset()):
+                    features: frozenset = frozenset(), kv: bool = False):
     """(engine step model, load, lengths) of one replica of each point under load, as
     :func:`dse.formulas.serving.replica_load` builds them (for tests and tools that run
-    the same engine step elsewhere, e.g. a discrete-event simulator)."""
+    the same engine step elsewhere, e.g. a discrete-event simulator); with ``kv`` also
+    (KV bytes per cached token per device, bytes per device left for the KV cache)."""
     p = _with_images(p, features)
+    p = _with_sessions(p, features)
     p, m, hw, precision, rates, capacity = _inference_inputs(p, models, hardware)
     par = Parallel(p.tp, p.pp, p.dp, p.ep, p.ep_redundant_experts)
     s = params.shard(m, p.tp)
     weights = memory.weight_params_per_device(m, s, par) * precision.weight_bits / 8.0
     if "vision" in features:
         weights = weights + vision.vision_params(m) / p.tp * vision.VISION_BITS / 8.0
-    sm, ld, lengths, *_ = replica_load(
+    sm, ld, lengths, *_, room = replica_load(
         m, s, precision, Workload(p.batch, p.input_len, p.output_len, p.prefill_chunk),
         _serving(p, hw), rates, par, _options(p), features, capacity, weights)
-    return sm, ld, lengths
+    if not kv:
+        return sm, ld, lengths
+    return sm, ld, lengths, memory.kv_bytes_per_cached_token(m, s, precision, p.pp,
+                                                             "mla" in features), room
 
 
 def _pooled(p: InferencePoint) -> InferencePoint:
@@ -311,6 +316,33 @@ def _with_images(p: InferencePoint, features: frozenset) -> InferencePoint:
     return dataclasses.replace(p, input_len=p.input_len + p.image_tokens)
 
 
+GB_HOUR = 1e9 * 3600.0  # bytes x seconds in a GB-hour
+
+
+def session_load(p: InferencePoint) -> sessions.Sessions:
+    """The study's session keys (feature "sessions"); turn_input_len 0 takes input_len."""
+    return sessions.Sessions(
+        p.turns, p.turns_cv, jnp.where(p.turn_input_len > 0.0, p.turn_input_len, p.input_len),
+        p.shared_prefix_len, p.think_time_s, p.sessions, p.session_rate, p.kv_dram_bytes,
+        p.kv_dram_bw_bytes_per_s, p.kv_ssd_bytes, p.kv_ssd_bw_bytes_per_s, p.kv_ssd_latency_s,
+        p.kv_offload, p.routing, p.dp, p.kv_dram_usd_per_gb_h / GB_HOUR,
+        p.kv_ssd_usd_per_gb_h / GB_HOUR)
+
+
+def _with_sessions(p: InferencePoint, features: frozenset) -> InferencePoint:
+    """A session study's requests are its turns: input_len the mean turn's prompt, the
+    prefix cache's share from the sessions (dse.formulas.sessions), the router's replicas
+    the deployment's (replicas, where given, else dp)."""
+    if "sessions" not in features:
+        return p
+    p = dataclasses.replace(p, dp=jnp.where(p.replicas > 0.0, p.replicas, p.dp))
+    ss = session_load(p)
+    with node_axes():  # (the turns' quadrature nodes lead the point axes)
+        tn = sessions.turn_nodes(ss, 0)
+        prompt = sessions.prompt_per_turn(ss, p.output_len, tn)
+    return dataclasses.replace(p, input_len=prompt, prefix_cache_hit=0.0 * p.prefix_cache_hit)
+
+
 def _options(p: InferencePoint) -> Options:
     return Options(p.flash_attention, p.lora_rank, p.lora_adapters, p.moe_imbalance,
                    p.image_tokens)
@@ -321,15 +353,23 @@ def _evaluate_inference(p: InferencePoint, models: ModelSpec, hardware: Hardware
     p = _with_images(p, features)
     if "disagg" in features:
         return _evaluate_disagg(p, models, hardware, features, names)
+    asked = p
+    p = _with_sessions(p, features)
     p, m, hw, precision, rates, capacity = _inference_inputs(p, models, hardware)
     draft = take(models, p.draft_model) if "speculative" in features else None
+    # (the session keys as the study gave them, over the deployment's replicas)
+    ss = session_load(dataclasses.replace(asked, dp=p.dp)) if "sessions" in features else None
     out = inference(
         m, rates, capacity, Workload(p.batch, p.input_len, p.output_len, p.prefill_chunk),
         Parallel(p.tp, p.pp, p.dp, p.ep, p.ep_redundant_experts), precision, _options(p),
         Speculation(draft, p.draft_len, p.acceptance_rate),
         Power(hw.tdp_w, hw.price_usd_per_s * price_scale(p), p.power_static, p.power_compute,
               p.power_memory, p.power_network), features, names, XLA_CPU,
-        _serving(p, hw) if "load" in features else None)
+        _serving(p, hw) if "load" in features else None,
+        ss)
+    if ss is not None:  # the context limit holds for a session's last turn
+        p = dataclasses.replace(p, input_len=ss.shared_prefix + ss.turn_input + (
+            ss.turns - 1.0) * (ss.turn_input + p.output_len))
     out["reason"] = inference_reasons(m, p, out["fits"], draft, out.get("overloaded"))
     out["valid"] = out["reason"] == 0
     return out

@@ -165,7 +165,8 @@ def _model_flops(m, p, seqs, ps_new, lo, hi, phase, rates, o, features, hints):
 
 def inference(m: ModelSpec, rates: Rates, capacity, w: Workload, par: Parallel, p: Precision,
               o: Options, spec: Speculation, power: Power, features: frozenset,
-              names: frozenset, hints: Hints = PLAIN, sv: Serving | None = None) -> dict:
+              names: frozenset, hints: Hints = PLAIN, sv: Serving | None = None,
+              ss=None) -> dict:
     """Every inference output of one deployment; array arguments broadcast.
 
     ``features`` (static) switches on model and serving features the study uses
@@ -259,7 +260,7 @@ def inference(m: ModelSpec, rates: Rates, capacity, w: Workload, par: Parallel, 
         out["serving_throughput_tok_s"] = jnp.where(out["max_batch"] >= 1.0, steady, 0.0)
     if "load" in features and sv is not None:  # a request load: the engine under it
         out.update(serving.under_load(m, s, p, w, sv, rates, par, o, features, capacity,
-                                      weights, power, out))
+                                      weights, power, out, ss))
     if "breakdown" in features:
         out.update(_breakdown(t["prefill"], t["decode"]))
     if "bound_signature" in names:

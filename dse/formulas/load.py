@@ -66,7 +66,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 from . import queueing as q
-from .load_tails import tails
+from .load_tails import busy, tails
 
 ITERATIONS = 24  # relaxations of the step mean field at a given rate (open loop)
 BISECTIONS = 16  # bracketed trials of the closed loop's throughput
@@ -87,6 +87,11 @@ class Load(NamedTuple):
     prefix_hit: Any  # fraction of prompt tokens served from the prefix cache
     ranks: Any = 1.0  # ranks in lock-step per step (attention-DP ranks sharing the experts)
     balance: Any = 0.0  # steps a rank's prompts may wait for every rank to have one (0: none)
+    # 1: an open-loop arrival meets a running step only while the engine is busy (Poisson
+    # occupancy of the requests in the system: 1 - exp(-x (TTFT + decode time))); 0: it
+    # always does, as the request loads are modelled (agentic sessions set 1: a thinking
+    # session's next turn often finds its replica idle)
+    idle: Any = 0.0
 
 
 class Lengths(NamedTuple):
@@ -247,7 +252,7 @@ def _tagged(step, nodes: _Nodes, load: Load, s: _State, p, closed, full: bool):
     """TTFT (without the wait for a slot), TPOT per output node and what they need."""
     x, ei = s.x, nodes.mean_prompt
     et2 = s.var_t + s.tbar ** 2
-    residual = jnp.where(closed, 0.0, et2 / (2.0 * s.tbar))
+    residual = jnp.where(closed, 0.0, et2 / (2.0 * s.tbar)) * busy(load, s, nodes)
     # prompts arriving with it: closed loop, the others finishing in the same step;
     # open loop, those arriving during the (size-biased) step it arrives in
     arrivals = jnp.where(closed, x * s.tbar, x * et2 / s.tbar) * p["share"]

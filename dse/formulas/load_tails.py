@@ -45,6 +45,14 @@ def _interp_log(xq, x, y):
     return jnp.where(lq < lx[0], y[0], out)
 
 
+def busy(load, s, nodes):
+    """The probability an open-loop arrival finds a step running: 1 unless ``load.idle``,
+    then the Poisson occupancy of the requests in the system, 1 - exp(-x (TTFT + decode
+    time))."""
+    occupied = 1.0 - jnp.exp(-s.x * (s.ttft + nodes.mean_decode * s.tpot))
+    return jnp.where(load.idle > 0.0, occupied, 1.0)
+
+
 def tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed) -> dict:
     """P50/P90/P99 of TTFT and TPOT, P90/P99 of E2E, and the CDFs of TTFT and TPOT."""
     cap, bs, chunks = p["cap"], p["bs"], p["chunks"]
@@ -78,7 +86,8 @@ def tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed) -
     duration = (full_steps * t["t_full"] + t_last
                 + jnp.where(closed, extra_closed, 0.0))  # [input quantile, count, step]
     duration = jnp.reshape(duration, (duration.shape[0], -1) + duration.shape[3:])
-    width = jnp.reshape(jnp.broadcast_to(jnp.where(closed, 0.0, lengths)[None],
+    running = busy(load, s, nodes)
+    width = jnp.reshape(jnp.broadcast_to(jnp.where(closed, 0.0, lengths * running)[None],
                                          pk.shape), (1, -1) + pk.shape[2:])
     weight = qw[:, None] * jnp.reshape(pk * prob[None], (1, -1) + pk.shape[2:])
     k = jnp.maximum(load.clients - load.slots, 0.0)

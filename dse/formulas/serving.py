@@ -17,7 +17,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from . import engine, load, memory, vision
+from . import engine, load, memory, sessions, vision
 from .types import ModelSpec, Options, Parallel, Power, Precision, Rates, Serving, Workload
 
 
@@ -80,16 +80,17 @@ def _replica_load(m, s, p, w, sv, rates, par, o, features, capacity, weights):
                    sv.max_num_tokens, sv.separate, sv.prefix_cache_hit, ranks,
                    sv.adp_balance_iters)
     lengths = load.Lengths(w.input_len, sv.input_len_cv, out_len, sv.output_len_cv)
-    return sm, ld, lengths, per_seq, act, holds
+    return sm, ld, lengths, per_seq, act, holds, room
 
 
 def under_load(m: ModelSpec, s, p: Precision, w: Workload, sv: Serving, rates: Rates,
                par: Parallel, o: Options, features: frozenset, capacity, weights,
-               power: Power, static: dict) -> dict:
-    """The inference outputs of the points under load, the ``static`` ones elsewhere."""
+               power: Power, static: dict, ss: sessions.Sessions | None = None) -> dict:
+    """The inference outputs of the points under load, the ``static`` ones elsewhere;
+    with ``ss`` (feature "sessions") the load is agentic sessions over KV-cache tiers."""
     with node_axes():
         return _under_load(m, s, p, w, sv, rates, par, o, features, capacity, weights, power,
-                           static)
+                           static, ss)
 
 
 def _per_token(res: dict, tokens) -> dict:
@@ -114,17 +115,255 @@ def node_axes():
     return jax.numpy_rank_promotion("allow")
 
 
-def _under_load(m, s, p, w, sv, rates, par, o, features, capacity, weights, power, static):
-    sm, ld, lengths, per_seq, act, holds = replica_load(m, s, p, w, sv, rates, par, o,
-                                                         features, capacity, weights)
-    rank = max(jnp.ndim(x) for x in (*lengths, *ld))
+SESSION_SEARCH = 10  # bisection steps of a closed loop's turn rate
+SESSION_INNER = 3  # passes of the caches with the load per step
+SESSION_RELAX = 4  # relaxations after the search (an open loop: all of them)
+_SESSION_KEEP = ("ttft_s", "tpot_s", "e2e_s", "queue_s", "request_throughput_req_s",
+                 "running_batch", "capacity_req_s", "utilization", "overloaded", "ttft_p50_s",
+                 "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s",
+                 "e2e_p50_s", "e2e_p90_s", "e2e_p99_s")
+
+
+def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Serving,
+                   par: Parallel, per_seq, room, kappa, output_len, features, spec_tokens):
+    """The load model under agentic sessions (:mod:`dse.formulas.sessions`): returns
+    (its outputs with the prefix reloads in TTFT and E2E, the caches, the serving load
+    as a request load).
+
+    A replica's turns enter the engine as requests of the mean turn's prompt, of which
+    the cached share h is not prefilled, the prefilled tokens spread as the turns'
+    are (coefficient of variation over hits and misses). The caches depend on the load
+    (the running requests' KV leaves the rest of HBM to idle copies; the response time
+    ages them) and the load on the caches: relaxed together, (:data:`SESSION_SEARCH` x :data:`SESSION_INNER` + :data:`SESSION_RELAX` times).
+    Open sessions (session_rate) send turns at rate x turns; closed sessions without
+    think time are a closed loop of their clients; closed sessions that think are the
+    finite-source loop N = X (T R + (T - 1) Z) / T, solved by bisection on the turn rate
+    X of an open loop (Poisson turns: the thinking sessions' next turns arrive
+    independently). The load model's CDFs are read at the study's SLOs only (goodput)."""
+    tn = sessions.turn_nodes(ss, 0)
+    turns = sessions.mean_turns(tn)
+    k = jnp.maximum(par.dp, 1.0)
+    closed = ss.sessions > 0.0
+    timed = closed
+    clients = 0.0 * ss.sessions
+    open_rate = ss.session_rate * turns / k
+    devices = par.tp * par.pp
+    n_terms = sessions.RANDOM_TERMS if "sessions_random" in features else 1
+    budget = ld.budget
+    step0 = step_of(sm)
+    recompute = (step0(0.0, budget, 1.0) - step0(0.0, 0.0, 0.0)) / jnp.maximum(budget, 1.0)
+    pinned = ss.shared_prefix * kappa
+
+    # A closed loop's turn meets the turns of the other sessions only (the arrival
+    # theorem of closed networks: an arrival sees the loop without itself): N - 1 of them
+    # spread over the replicas (random: each turn anywhere; prefix-aware: balanced, N / k - 1
+    # others beside it), or, by hash (session-affinity), Binomial(N - 1, 1 / k) others on
+    # its replica, as two points of that mean and variance (load.serve at each)
+    n = ss.sessions
+    mean_others = jnp.where(ss.routing == sessions.RANDOM, (n - 1.0) / k,
+                            jnp.maximum(n / k - 1.0, 0.0))
+    mean_others = jnp.where(ss.routing == sessions.AFFINITY, (n - 1.0) / k, mean_others)
+    var_others = jnp.where(ss.routing == sessions.AFFINITY,
+                           jnp.maximum(n - 1.0, 0.0) / k * (1.0 - 1.0 / k), 0.0)
+    mu, sd = jnp.maximum(mean_others, 0.0), jnp.sqrt(var_others)
+    split = mu >= sd  # mu -/+ sd, half each; else 0 and (sd^2 + mu^2) / mu
+    high = jnp.where(split, mu + sd, (sd * sd + mu * mu) / jnp.maximum(mu, 1e-30))
+    low = jnp.where(split, mu - sd, 0.0)
+    p_high = jnp.where(split, 0.5, mu * mu / jnp.maximum(sd * sd + mu * mu, 1e-30))
+    others = jnp.stack(jnp.broadcast_arrays(low, high))
+    weights = jnp.stack(jnp.broadcast_arrays(1.0 - p_high, p_high))
+    per_session = k / jnp.maximum(n, 1.0)  # a session's share of its replica's turns
+
+    def run(h, cv, rate):
+        hit_sm = sm._replace(prompt_attention_s=sm.prompt_attention_s * (1.0 + h),
+                             prompt_attention_stage_s=sm.prompt_attention_stage_s * (1.0 + h))
+        seen = jnp.where(timed, jnp.maximum(rate * per_session * others, 1e-6 * rate),
+                         rate + 0.0 * others)
+        depth = jnp.ndim(seen)  # the two points lead the point axes
+
+        def lift(v):
+            v = jnp.asarray(v)
+            return jnp.reshape(v, (1,) * (depth - v.ndim) + v.shape)
+
+        res = load.serve(step_of(hit_sm),
+                         load.Lengths(*map(lift, lengths._replace(input_cv=cv))),
+                         load.Load(*map(lift, ld._replace(rate=seen, clients=clients,
+                                                          prefix_hit=h, idle=1.0))))
+        # a turn arrives a think time after its own last step: where that is short, the
+        # engine is inside the step it began then, not a random one (Poisson arrivals
+        # wait E[tau^2] / 2 E[tau] ~ tau / 2 of it; think D ~ Exp(Z) leaves E[(tau - D)+]
+        # = tau - Z (1 - exp(-tau / Z)), and the Poisson residual past it)
+        tau = res["mean_step_s"]
+        z = ss.think_s
+        near = jnp.exp(-tau / jnp.maximum(z, 1e-30))
+        left = jnp.where(z > 0.0, tau - z * (1.0 - near), tau)
+        running = 1.0 - jnp.exp(-seen * res["e2e_s"])  # the others' occupancy (Poisson)
+        extra = jnp.where(timed, running * (left + jnp.where(z > 0.0, near, 0.0) * tau / 2.0
+                                            - tau / 2.0), 0.0)
+        res = dict(res, ttft_s=res["ttft_s"] + extra, e2e_s=res["e2e_s"] + extra,
+                   queue_s=res["queue_s"] + extra,
+                   **{f"{m}_{q_}_s": res[f"{m}_{q_}_s"] + extra for m in ("ttft", "e2e")
+                      for q_ in ("p50", "p90", "p99")})
+        for key in ("ttft_cdf",):
+            res[key] = (lambda f, e: lambda v: f(v - e))(res[key], extra)
+        out = {}
+        for key, v in res.items():
+            if key.endswith("_cdf"):
+                out[key] = (lambda f: lambda x: jnp.sum(weights * f(x[None]), 0))(v)
+            elif key == "overloaded":
+                out[key] = jnp.any(v & (weights > 0.0), 0)
+            else:
+                out[key] = jnp.sum(weights * jnp.where(weights > 0.0, v, 0.0), 0)
+        # the closed loop's own throughput, and its decoding turns by Little's law
+        decoding = rate * (out["e2e_s"] - out["ttft_s"])
+        return dict(out, request_throughput_req_s=jnp.where(
+            timed, rate, out["request_throughput_req_s"]), running_batch=jnp.where(
+            timed, decoding, out["running_batch"]))
+
+    def caches(res, reload):
+        x = jnp.where(res["overloaded"], res["capacity_req_s"], res["request_throughput_req_s"])
+        response = res["e2e_s"] + reload
+        response = jnp.where(jnp.isfinite(response), response, 1e9)
+        running = jnp.where(jnp.isfinite(res["running_batch"]), res["running_batch"], 0.0)
+        free = room - running * per_seq - pinned
+        # (a turn looks its prefix up when it arrives: its copy's age is the think time)
+        return sessions.cache(ss, output_len, tn, n_terms, rate=x / turns,
+                              hbm_free=jnp.maximum(free, 0.0), kappa=kappa, devices=devices,
+                              wait=0.0, response=response, recompute_per_token=recompute)
+
+    # the closed loop's bracket: no faster than its sessions thinking and decoding alone
+    alone = output_len * step0(1.0, 0.0, 0.0)
+    top = jnp.log(jnp.maximum(ss.sessions / k * turns / jnp.maximum(
+        (turns - 1.0) * ss.think_s + turns * alone, 1e-30), 1e-30))
+    zero = 0.0 * (step0(1.0, 0.0, 0.0) + per_seq + room + turns + top + open_rate + clients
+                  + sum(lengths) + sum(ld) + sum(ss))
+    # the load model's outputs and the caches are carried from the last relaxation (one
+    # program for the load model: its CDFs are read at the SLOs there)
+    keys = [k_ for k_ in _SESSION_KEEP]
+    parts = [f for f in sessions.Cache._fields if f != "tau"]
+    slo_ttft = jnp.maximum(sv.ttft_slo_s - sv.frontend_s, 1e-12)
+    slo_tpot = sv.tpot_slo_s * spec_tokens
+
+    def body(i, carry):
+        state, fitted, lo, hi, edge, kept_old, got_old = carry
+        h, cv, reload = state
+        searching = i < SESSION_SEARCH * SESSION_INNER
+        decide = searching & (i % SESSION_INNER == SESSION_INNER - 1)
+        # the bisection's trials (SESSION_INNER relaxations each, the last deciding),
+        # then relaxations at the last trial that fitted
+        rate = jnp.where(timed, jnp.exp(jnp.where(searching, 0.5 * (lo + hi), lo)), open_rate)
+        res = run(h, cv, rate)
+        c = caches(res, reload)
+        target = ss.sessions / k * turns / jnp.maximum(
+            turns * (res["e2e_s"] + reload) + (turns - 1.0) * ss.think_s, 1e-30)
+        new_h = jnp.clip(1.0 - c.computed / jnp.maximum(c.prompt, 1e-30), 0.0, 0.999)
+        # a trial fits where the sessions keep up at it (its caches from SESSION_INNER
+        # passes down from the caches of no load: the largest fixed point, the branch
+        # where the running requests have not evicted the idle prefixes)
+        high = res["overloaded"] | ~jnp.isfinite(target) | (rate > target)
+        mid = 0.5 * (lo + hi)
+        lo = jnp.where(decide & ~high, mid, lo)
+        hi = jnp.where(decide & high, mid, hi)
+        edge = jnp.where(decide & high, res["overloaded"], edge)
+
+        def fit(v):
+            return jnp.broadcast_to(jnp.asarray(v, zero.dtype), zero.shape)
+
+        # a closed loop held at the engine's limit (where the turn's time climbs too
+        # steeply with the rate for the bisection to resolve, or past overloaded
+        # trials): the rest of the turn's time by Little's law, N / k = X (T R + (T - 1)
+        # Z) / T, waits in the queue before its prompt (as a closed loop's clients
+        # beyond the slots: dse.formulas.load.serve); applied after the search where
+        # that holds
+        little = (ss.sessions / k * turns / jnp.maximum(rate, 1e-30)
+                  - (turns - 1.0) * ss.think_s) / turns
+        wait = jnp.maximum(little - res["e2e_s"] - c.reload_s, 0.0)
+        wait = jnp.where(timed & jnp.isfinite(wait), wait, 0.0)
+        kept = {k_: fit(res[k_]) for k_ in keys}
+        kept.update(ttft_meets=fit(res["ttft_cdf"](jnp.maximum(slo_ttft - c.reload_s, 1e-12))),
+                    ttft_meets_held=fit(res["ttft_cdf"](jnp.maximum(
+                        slo_ttft - c.reload_s - wait, 1e-12))),
+                    tpot_meets=fit(res["tpot_cdf"](slo_tpot)), rate=fit(rate), wait=fit(wait))
+        got = {f: fit(getattr(c, f)) for f in parts}
+        passed = (new_h, c.computed_cv, c.reload_s)
+        relaxed = tuple(jnp.where(res["overloaded"], old, 0.5 * (old + new)) for old, new in
+                        zip(state, passed))
+        # A closed loop's trial starts from the caches of no load and takes SESSION_INNER
+        # passes (monotone: more hits leave more room); its outputs are those of its
+        # last trial that fitted, from whose state it relaxes past the search where that
+        # stays consistent. An open loop relaxes throughout (an overloaded relaxation
+        # carries no caches).
+        good = ~high
+        take = jnp.where(timed, jnp.where(searching, decide & good, good), ~res["overloaded"])
+        fitted = tuple(jnp.where(take, p_, f) for f, p_ in zip(fitted, passed))
+        state = tuple(jnp.where(timed, jnp.where(decide, s0, jnp.where(
+            searching | good, p_, f)), r) for s0, p_, r, f in zip(first, passed, relaxed, fitted))
+
+        def keep(new, old):
+            return {k_: jnp.where(take, new[k_], old[k_]) for k_ in new}
+
+        return state, fitted, lo, hi, edge, keep(kept, kept_old), keep(got, got_old)
+
+    # the caches' first guess: no load (no running requests, no waits), turns at the
+    # rate of their decode steps at batch 1 (the timed loop: its bracket's middle)
+    guess = jnp.where(timed, jnp.exp(top - 4.6), open_rate)
+    c0 = sessions.cache(ss, output_len, tn, n_terms, rate=guess / turns,
+                        hbm_free=jnp.maximum(room - pinned, 0.0), kappa=kappa, devices=devices,
+                        wait=0.0, response=0.0, recompute_per_token=recompute)
+    h0 = jnp.clip(1.0 - c0.computed / jnp.maximum(c0.prompt, 1e-30), 0.0, 0.999)
+    blank = {k_: zero for k_ in (*keys, "ttft_meets", "ttft_meets_held", "tpot_meets", "rate",
+                                 "wait")}
+    first = (zero + h0, zero + c0.computed_cv, zero)
+    init = (first, first, zero + top - 9.2, zero + top, zero > 1.0, blank,
+            {f: zero for f in parts})
+    _, _, lo, hi, _, kept, got = jax.lax.fori_loop(
+        0, SESSION_SEARCH * SESSION_INNER + SESSION_RELAX, body, init)
+    c = sessions.Cache(**got, tau=None)
+    rate = kept.pop("rate")
+    # held at the engine's limit where the wait Little's law leaves is more than the
+    # bracket's width can account for (the turn's cycle known to that share)
+    wait = kept.pop("wait")
+    cycle = ss.sessions / k / jnp.maximum(rate, 1e-30)
+    held = timed & (wait > 2.0 * jnp.expm1(hi - lo) * cycle)
+    wait = jnp.where(held, wait, 0.0)
+    ttft_meets = jnp.where(held, kept.pop("ttft_meets_held"), kept.pop("ttft_meets"))
+    tpot_meets = kept.pop("tpot_meets")
+    kept = {k_: v + wait if k_.startswith(("ttft", "e2e", "queue")) else v
+            for k_, v in kept.items()}
+    shift = c.reload_s
+    res = dict(kept, ttft_s=kept["ttft_s"] + shift, e2e_s=kept["e2e_s"] + shift,
+               overloaded=(kept["overloaded"] > 0.5) | (c.link_busy >= 1.0),
+               ttft_cdf=lambda v: ttft_meets, tpot_cdf=lambda v: tpot_meets)
+    for q_ in ("p50", "p90", "p99"):
+        res[f"ttft_{q_}_s"] = res[f"ttft_{q_}_s"] + shift
+        res[f"e2e_{q_}_s"] = res[f"e2e_{q_}_s"] + shift
+    sv = sv._replace(concurrency=clients * k, request_rate=jnp.where(
+        closed & ~timed, 0.0, rate * k),
+        prefix_cache_hit=1.0 - c.computed / jnp.maximum(c.prompt, 1e-30))
+    return res, c, sv, turns
+
+
+def _under_load(m, s, p, w, sv, rates, par, o, features, capacity, weights, power, static,
+                ss=None):
+    sm, ld, lengths, per_seq, act, holds, room = replica_load(m, s, p, w, sv, rates, par, o,
+                                                               features, capacity, weights)
+    rank = max(jnp.ndim(x) for x in (*lengths, *ld, *(ss if ss is not None else ())))
 
     spec = sv.spec_tokens if "mtp" in features else None
 
-    def step(decode, prompt, chunks):
-        return engine.step_time(sm, decode, prompt, chunks, rank, spec=spec)
+    def step_of(sm):
+        def step(decode, prompt, chunks):
+            return engine.step_time(sm, decode, prompt, chunks, rank, spec=spec)
+        return step
 
-    res = load.serve(step, lengths, ld)
+    step = step_of(sm)
+    if ss is not None:
+        kappa = memory.kv_bytes_per_cached_token(m, s, p, par.pp, "mla" in features)
+        res, cached, sv, turns = _session_serve(step_of, sm, ld, lengths, ss, sv, par, per_seq,
+                                                room, kappa, w.output_len, features,
+                                                sv.spec_step_tokens if spec is not None else 1.0)
+    else:
+        res = load.serve(step, lengths, ld)
     if spec is not None:  # per token: a step's time over the tokens it yields
         res = _per_token(res, sv.spec_step_tokens)
         weights = weights * (1.0 + draft_share(m, spec))
@@ -205,4 +444,19 @@ def _under_load(m, s, p, w, sv, rates, par, o, features, capacity, weights, powe
         ttft_p50_s=static["ttft_s"], ttft_p90_s=static["ttft_s"], ttft_p99_s=static["ttft_s"],
         tpot_p50_s=static["tpot_s"], tpot_p90_s=static["tpot_s"], tpot_p99_s=static["tpot_s"],
         e2e_p50_s=static["e2e_s"], e2e_p90_s=static["e2e_s"], e2e_p99_s=static["e2e_s"])
+    if ss is not None:  # every point has a session load (dse.study checks)
+        sessions_per_s = requests / turns
+        tiers = par.dp * (ss.dram_bytes * ss.dram_usd_per_byte_s
+                          + ss.ssd_bytes * ss.ssd_usd_per_byte_s)
+        devices = par.tp * par.pp
+        out.update(
+            prefix_hit_rate=cached.hbm_hit + cached.dram_hit + cached.ssd_hit,
+            hbm_hit_rate=cached.hbm_hit, dram_hit_rate=cached.dram_hit,
+            ssd_hit_rate=cached.ssd_hit, kv_reload_s=latency(cached.reload_s),
+            session_s=latency(turns * out["e2e_s"] + (turns - 1.0) * ss.think_s),
+            sessions_per_s=sessions_per_s,
+            kv_dram_used_bytes=cached.dram_used * devices,
+            kv_ssd_used_bytes=cached.ssd_used * devices,
+            cost_per_session_usd=(n_devices * power.price_usd_per_s + tiers) / sessions_per_s)
+        return out
     return {k: jnp.where(loaded, v, fallback[k]) for k, v in out.items()}

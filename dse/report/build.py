@@ -145,6 +145,7 @@ def report(result: str | Path | xr.Dataset, out_dir: str | Path | None = None) -
 def _relevant(res: Result, omitted: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """Omissions worth telling: not the kinds that belong to other result types."""
     other = {"sweep": ("tornado", "history"), "reduced": ("tornado", "history"),
-             "search": ("heatmap", "pareto", "roofline", "memory", "latency", "tornado"),
-             "sensitivity": ("heatmap", "pareto", "roofline", "memory", "latency", "history")}
+             "search": ("heatmap", "pareto", "roofline", "memory", "latency", "tornado", "tiers"),
+             "sensitivity": ("heatmap", "pareto", "roofline", "memory", "latency", "history",
+                             "tiers")}
     return [(k, w) for k, w in omitted if k not in other[res.kind]]

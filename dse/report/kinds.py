@@ -21,6 +21,7 @@ from .figures import NotApplicable, heatmap, pareto
 from .load import frontier, hockey
 from .result import Result
 from .roofline import roofline
+from .tiers import tiers
 
 
 def _workloads(res: Result) -> list:
@@ -83,6 +84,7 @@ KINDS = {
     "latency": (latency, ("metric",)),
     "load": (hockey, ()),
     "frontier": (frontier, ()),
+    "tiers": (tiers, ()),
     "tornado": (tornado, ("workload",)),
     "history": (history, ()),
 }

@@ -119,6 +119,8 @@ def regime_label(point: xr.Dataset) -> str:
 
 def format_value(key: str, value) -> str:
     """A value in human units, chosen by the unit suffix of its name."""
+    if isinstance(value, str):  # a label ("any": the row holds for every value of an axis)
+        return value
     if key.endswith("_bytes"):
         return human_bytes(value)
     if key in PERCENT:

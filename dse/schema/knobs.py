@@ -49,10 +49,19 @@ KINDS = {
     "framework": "a serving framework: vllm, sglang, trtllm, llama.cpp, generic",
     "serving": "one of \"agg\" (prefill and decode on the same workers), \"disagg\" "
                "(separate prefill and decode pools)",
+    "routing": "one of \"random\", \"session-affinity\", \"prefix-aware\"",
+    "kv_offload": "one of \"none\", \"prompt\", \"all\"",
+    "bytes0": "a number of bytes >= 0 (0: none)",
+    "bandwidth0": "a number of bytes per second >= 0 (0: none)",
+    "price0": "a price in USD >= 0 (0: free)",
 }
 
 # Aggregated or disaggregated serving, encoded as indices.
 SERVING = ("agg", "disagg")
+
+# Session routers and KV-tier write policies (dse.formulas.sessions), encoded as indices.
+ROUTING = ("random", "session-affinity", "prefix-aware")
+KV_OFFLOAD = ("none", "prompt", "all")
 
 # Activation recomputation strategies (Korthikanti et al. 2022), encoded as indices.
 RECOMPUTE = ("none", "selective", "full")
@@ -146,6 +155,50 @@ class InferencePoint:
                            "goodput (0: none)", "s")
     tpot_slo_s: Any = knob(0.0, "seconds0", "TPOT objective a request must meet to count in "
                            "goodput (0: none)", "s")
+    # Agentic sessions and KV-cache tiers (docs/serving.md#agentic-sessions): multi-turn
+    # sessions whose context grows, kept between turns in HBM, host DRAM or SSD
+    sessions: Any = knob(0, "int0", "concurrent agentic sessions of the deployment, each "
+                         "starting its next turn think_time_s after its last and a new "
+                         "session when it ends (closed; 0: none)", "sessions")
+    session_rate: Any = knob(0.0, "rate", "agentic sessions starting per second (open; 0: "
+                             "none)", "sessions/s", "session rate")
+    turns: Any = knob(1, "int", "turns (requests) per session, their mean with turns_cv",
+                      "turns")
+    turns_cv: Any = knob(0.0, "cv", "coefficient of variation of the turns per session "
+                         "(lognormal; 0: all turns)")
+    turn_input_len: Any = knob(0, "int0", "new prompt tokens per turn (tool results, the "
+                               "user's message); a turn's prompt is the shared prefix, the "
+                               "earlier turns' inputs and outputs and these (0: input_len)",
+                               "tokens", "turn input length")
+    shared_prefix_len: Any = knob(0, "int0", "system-prompt tokens every session shares "
+                                  "(kept in HBM)", "tokens", "shared prefix length")
+    think_time_s: Any = knob(0.0, "seconds0", "mean time between a turn's last token and "
+                             "the session's next turn (tool calls, the user; exponential; "
+                             "0: at once)", "s", "think time")
+    kv_offload: Any = knob("all", "kv_offload", "what the KV tiers keep of a turn: \"all\" "
+                           "its blocks, \"prompt\" the prompt's (LMCache's default, no "
+                           "decode cache), \"none\" (HBM only)")
+    kv_dram_bytes: Any = knob(0.0, "bytes0", "host DRAM for KV copies per replica (LMCache, "
+                              "HiCache, KVBM; 0: none)", "bytes", "KV DRAM tier")
+    kv_dram_bw_bytes_per_s: Any = knob(0.0, "bandwidth0", "each device's link to the host "
+                                       "DRAM tier (PCIe 5.0 x16 ~ 55e9 effective; C2C)",
+                                       "bytes/s", "KV DRAM bandwidth")
+    kv_ssd_bytes: Any = knob(0.0, "bytes0", "SSD or remote store for KV copies per replica "
+                             "(0: none)", "bytes", "KV SSD tier")
+    kv_ssd_bw_bytes_per_s: Any = knob(0.0, "bandwidth0", "read bandwidth of the replica's "
+                                      "SSD tier", "bytes/s", "KV SSD bandwidth")
+    kv_ssd_latency_s: Any = knob(0.0, "seconds0", "latency of a read from the SSD tier", "s",
+                                 "KV SSD latency")
+    kv_dram_usd_per_gb_h: Any = knob(0.0, "price0", "price of the DRAM tier per GB-hour "
+                                     "(in cost_per_session_usd)", "USD/(GB h)")
+    kv_ssd_usd_per_gb_h: Any = knob(0.0, "price0", "price of the SSD tier per GB-hour",
+                                    "USD/(GB h)")
+    routing: Any = knob("random", "routing", "how turns reach replicas: \"random\" (a plain "
+                        "load balancer), \"session-affinity\" (a session's turns to one "
+                        "replica by hash), \"prefix-aware\" (to the replica holding the "
+                        "prefix, balancing load)")
+    replicas: Any = knob(0, "int0", "replicas the router spreads sessions over (0: dp; "
+                         "sessions only)", "replicas")
     # Disaggregated serving (docs/serving.md#disaggregated-serving): a pool of prefill
     # workers and a pool of decode workers, each with its own layout and device; a pool
     # key at 0 (or a pool device not given) takes the deployment's own

@@ -101,6 +101,27 @@ INFERENCE = Registry({
     "utilization": less("1", "request rate over the deployment's capacity", feature="load"),
     "capacity_req_s": more("requests/s", "largest request rate the deployment sustains",
                            feature="load"),
+    # agentic sessions (feature "sessions": sessions or session_rate > 0); the latencies
+    # above are per turn
+    "prefix_hit_rate": more("1", "share of prompt tokens served from a KV cache (HBM, DRAM "
+                            "or SSD)", feature="sessions"),
+    "hbm_hit_rate": more("1", "share of prompt tokens found in HBM (the shared prefix "
+                         "included)", feature="sessions"),
+    "dram_hit_rate": more("1", "share of prompt tokens reloaded from the host DRAM tier",
+                          feature="sessions"),
+    "ssd_hit_rate": more("1", "share of prompt tokens reloaded from the SSD tier",
+                         feature="sessions"),
+    "kv_reload_s": less("s", "mean time a turn waits for its prefix from DRAM and SSD (in "
+                        "TTFT)", feature="sessions"),
+    "session_s": less("s", "wall time of a session: its turns and the think times between "
+                      "them", feature="sessions"),
+    "sessions_per_s": more("sessions/s", "sessions completed per second", feature="sessions"),
+    "kv_dram_used_bytes": less("bytes", "DRAM tier per replica holding copies a later turn "
+                               "finds (the rest holds finished sessions LRU keeps)",
+                               feature="sessions"),
+    "kv_ssd_used_bytes": less("bytes", "SSD tier per replica holding copies a later turn "
+                              "finds", feature="sessions"),
+    "cost_per_session_usd": less("USD", "devices and KV tiers per session", feature="sessions"),
     # disaggregated serving (feature "disagg": serving = "disagg"; nan at "agg" points)
     "kv_transfer_s": less("s", "KV-cache transfer of one request's prompt, prefill to "
                           "decode worker", feature="disagg"),

@@ -19,11 +19,16 @@ import numpy as np
 
 from .. import checks
 from ..errors import InputError, suggest
-from ..schema.knobs import KINDS, OPTIMIZERS, PP_SCHEDULES, RECOMPUTE, SERVING
+from ..schema.knobs import (KINDS, KV_OFFLOAD, OPTIMIZERS, PP_SCHEDULES, RECOMPUTE, ROUTING,
+                             SERVING)
 
 _RANGE_KEYS = ("start", "stop", "step", "num", "log", "factor")
 _MAX_RANGE = 10_000_000
 MAX_INT = 2 ** 53 - 1  # the largest whole number every float64 below it holds exactly
+
+
+CHOICES = {"recompute": RECOMPUTE, "pp_schedule": PP_SCHEDULES, "serving": SERVING,
+           "routing": ROUTING, "kv_offload": KV_OFFLOAD}
 
 
 def _number(value) -> bool:
@@ -44,8 +49,8 @@ def check_scalar(value: Any, kind: str, file, key: str) -> Any:
             raise InputError(file, key, f"unknown use case {value!r}" + suggest(value, USECASES),
                              ", ".join(USECASES))
         return value
-    if kind in ("recompute", "pp_schedule", "serving"):
-        choices = {"recompute": RECOMPUTE, "pp_schedule": PP_SCHEDULES, "serving": SERVING}[kind]
+    if kind in CHOICES:
+        choices = CHOICES[kind]
         if value not in choices:
             raise InputError(file, key, f"value {value!r} is not valid"
                              + suggest(str(value), choices), allowed)
@@ -96,7 +101,7 @@ def check_scalar(value: Any, kind: str, file, key: str) -> Any:
         raise InputError(file, key, f"value {value!r} is not valid", allowed)
     if kind == "scale" and not value > 0:
         raise InputError(file, key, f"value {value!r} is not valid", allowed)
-    if kind in ("rate", "cv") and not value >= 0:
+    if kind in ("rate", "cv", "bytes0", "bandwidth0", "price0") and not value >= 0:
         raise InputError(file, key, f"value {value!r} is not valid", allowed)
     if kind == "accepted" and not (value == 0 or value >= 1):
         raise InputError(file, key, f"value {value!r} is not valid", allowed)
@@ -159,8 +164,8 @@ def expand_range(spec: dict, kind: str, file, key: str) -> list:
 def parse_axis(raw: Any, kind: str, file, key: str) -> tuple[bool, list]:
     """(is_axis, values): a list or range is an axis; a scalar is a fixed value."""
     if isinstance(raw, dict):
-        if kind in ("model", "hardware", "flag", "usecase", "recompute", "pp_schedule",
-                    "optimizer", "framework", "serving"):
+        if kind in ("model", "hardware", "flag", "usecase", "optimizer", "framework",
+                    *CHOICES):
             raise InputError(file, key, "ranges apply to numeric keys only", KINDS[kind])
         values = expand_range(raw, kind, file, key)
         return True, [check_scalar(v, kind, file, key) for v in values]

@@ -95,9 +95,17 @@ class Study:
 
     @property
     def under_load(self) -> bool:
-        """Some point of the study serves a request load (concurrency or request_rate)."""
+        """Some point of the study serves a request load (concurrency or request_rate, or
+        agentic sessions: sessions or session_rate)."""
         return self.mode == "inference" and any(
-            v > 0 for k in ("concurrency", "request_rate") for v in self.values(k))
+            v > 0 for k in ("concurrency", "request_rate", *SESSION_LOADS)
+            for v in self.values(k))
+
+    @property
+    def has_sessions(self) -> bool:
+        """The study's load is agentic sessions (sessions or session_rate)."""
+        return self.mode == "inference" and any(
+            v > 0 for k in SESSION_LOADS for v in self.values(k))
 
     @property
     def evaluation_width(self) -> int:
@@ -135,6 +143,10 @@ class Study:
                 out.add("vision")
             if self.under_load:
                 out.add("load")
+                if self.has_sessions:
+                    out.add("sessions")
+                    if "random" in self.values("routing"):
+                        out.add("sessions_random")
                 if any(v > 0 for v in self.values("spec_tokens")):
                     out.add("mtp")
             if "disagg" in self.values("serving") or any(  # (or derived from such a study)
@@ -332,6 +344,7 @@ def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = No
         study = dataclasses.replace(study, search=with_slo_constraints(
             search, study.values, file, mode))
     _check_contradictions(study)
+    _check_sessions(study, axes_raw)
     return _check_load(_check_disagg(study, axes_raw, derived), axes_raw)
 
 
@@ -453,6 +466,62 @@ def _requested(study: Study) -> list[tuple[str, str]]:
         wanted += [("search.objective", n) for n in study.search.objectives]
         wanted += [("search.constraints", c.variable) for c in study.search.constraints]
     return wanted
+
+
+SESSION_LOADS = ("sessions", "session_rate")
+SESSION_KEYS = ("turns", "turns_cv", "turn_input_len", "shared_prefix_len", "think_time_s",
+                "kv_offload", "kv_dram_bytes", "kv_dram_bw_bytes_per_s", "kv_ssd_bytes",
+                "kv_ssd_bw_bytes_per_s", "kv_ssd_latency_s", "kv_dram_usd_per_gb_h",
+                "kv_ssd_usd_per_gb_h", "routing", "replicas")
+
+
+def _check_sessions(study: Study, axes_raw: dict) -> None:
+    """Agentic-session keys that contradict the study or each other."""
+    if study.mode != "inference":
+        return
+    file = study.file
+    stated = [k for k in SESSION_KEYS if k in axes_raw]
+    loads = {k: [v for v in study.values(k) if v > 0] for k in SESSION_LOADS}
+    if not any(loads.values()):
+        if stated:
+            raise InputError(file, f"axes.{stated[0]}", "describes agentic sessions, and the "
+                             "study has no session load", "axes.sessions > 0 (concurrent "
+                             "sessions) or axes.session_rate > 0 (sessions/s)")
+        for key, name in _requested(study):
+            if OUTPUTS["inference"].get(name) is not None and OUTPUTS["inference"][
+                    name].feature == "sessions":
+                raise InputError(file, key, f"{name!r} describes agentic sessions, and the "
+                                 "study has none", "axes.sessions or axes.session_rate > 0")
+        return
+    if all(loads.values()):
+        raise InputError(file, "axes.session_rate", "given with axes.sessions",
+                         "one session load: sessions (concurrent, closed) or session_rate "
+                         "(sessions/s, open)")
+    key = "sessions" if loads["sessions"] else "session_rate"
+    if any(v <= 0 for v in study.values(key)):
+        raise InputError(file, f"axes.{key}", "0 at some points: session keys with a static "
+                         "batch", f"{key} > 0 at every point of a session study")
+    for other in ("concurrency", "request_rate", "batch", "prefix_cache_hit"):
+        if other in axes_raw:
+            raise InputError(file, f"axes.{other}", "given with a session load (the sessions "
+                             "set the requests, their batch and their prefix-cache hits)",
+                             f"no axes.{other} beside axes.{key}")
+    if "disagg" in study.values("serving"):
+        raise InputError(file, "axes.serving", "disaggregated serving of agentic sessions is "
+                         "not modelled", '"agg"')
+    if "replicas" in axes_raw and ("dp" in axes_raw or "num_devices" in axes_raw):
+        raise InputError(file, "axes.replicas", "given with axes.dp or axes.num_devices",
+                         "the replicas in one place: replicas, dp or num_devices")
+    for tier in ("dram", "ssd"):
+        size, bw = study.values(f"kv_{tier}_bytes"), study.values(f"kv_{tier}_bw_bytes_per_s")
+        if any(v > 0 for v in size) and any(v <= 0 for v in bw):
+            raise InputError(file, f"axes.kv_{tier}_bw_bytes_per_s", f"0 where the {tier.upper()} "
+                             "tier has bytes: a tier without bandwidth",
+                             f"kv_{tier}_bw_bytes_per_s > 0 (bytes/s) wherever kv_{tier}_bytes > 0")
+        if any(v > 0 for v in size) and "none" in study.values("kv_offload"):
+            raise InputError(file, "axes.kv_offload", f'"none" with a {tier.upper()} tier '
+                             "(nothing would be written to it)", '"prompt" or "all", or no '
+                             f"kv_{tier}_bytes")
 
 
 POOLS = ("prefill", "decode")

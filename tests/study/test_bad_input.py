@@ -159,6 +159,32 @@ CASES = {
     "unknown_pool_hardware": (GOOD.replace("batch = [1, 8]", 'request_rate = 2\n'
                                            'serving = "disagg"\nprefill_hardware = "h900"'),
                               "axes.prefill_hardware"),
+    # agentic sessions (issue 39): turns < 1, a tier without bandwidth, session keys with a
+    # static batch, two session loads, a request load beside sessions, an unknown router
+    "turns_below_one": (GOOD.replace("batch = [1, 8]", "sessions = 8\nturns = 0"), "axes.turns"),
+    "dram_tier_without_bandwidth": (GOOD.replace("batch = [1, 8]", "sessions = 8\nturns = 4\n"
+                                                 "kv_dram_bytes = 1e11"),
+                                    "axes.kv_dram_bw_bytes_per_s"),
+    "ssd_tier_without_bandwidth": (GOOD.replace("batch = [1, 8]", "session_rate = 1\n"
+                                                "kv_ssd_bytes = [0, 1e12]"),
+                                   "axes.kv_ssd_bw_bytes_per_s"),
+    "session_keys_with_a_static_batch": (GOOD.replace("batch = [1, 8]", "turns = 8\n"
+                                                      "think_time_s = 2"), "axes.turns"),
+    "sessions_beside_static_points": (GOOD.replace("batch = [1, 8]", "sessions = [0, 8]\n"
+                                                   "turns = 4"), "axes.sessions"),
+    "two_session_loads": (GOOD.replace("batch = [1, 8]", "sessions = 8\nsession_rate = 1"),
+                          "axes.session_rate"),
+    "request_load_beside_sessions": (GOOD.replace("batch = [1, 8]", "sessions = 8\n"
+                                                  "concurrency = 8"), "axes.concurrency"),
+    "batch_beside_sessions": (GOOD.replace("batch = [1, 8]", "sessions = 8\nbatch = 4"),
+                              "axes.batch"),
+    "unknown_router": (GOOD.replace("batch = [1, 8]", 'sessions = 8\nrouting = "round-robin"'),
+                       "axes.routing"),
+    "tier_with_offload_none": (GOOD.replace("batch = [1, 8]", 'sessions = 8\nkv_dram_bytes = '
+                                            '1e11\nkv_dram_bw_bytes_per_s = 5e10\n'
+                                            'kv_offload = "none"'), "axes.kv_offload"),
+    "session_output_without_sessions": (GOOD.replace("batch = [1, 8]", "concurrency = 8").replace(
+        "path =", 'variables = ["prefix_hit_rate"]\npath ='), "output.variables"),
 }
 
 
