@@ -1,0 +1,29 @@
+"""Without session keys every serving study's values are what they were before sessions
+(issue 39): an open and a closed loop, dense and MoE, vLLM and SGLang, with and without
+prefix caching, against the values the evaluator wrote at commit 61c48b8 (the last one
+without dse.formulas.sessions), stored with their studies in
+tests/data/load_values_before_sessions.json. The program is the same, so the values are
+the same to float32 rounding (1e-6: another CPU's vector width may round differently)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dse
+
+GOLDEN = json.loads((Path(__file__).parents[1] / "data" /
+                     "load_values_before_sessions.json").read_text())
+
+
+@pytest.mark.parametrize("loop", ["open", "closed"])
+def test_a_request_load_is_priced_as_before_sessions(loop):
+    study = dse.parse_study(GOLDEN["studies"][loop])
+    assert "sessions" not in study.features
+    ds = dse.sweep(study)
+    for name, values in GOLDEN["values"][study.name].items():
+        np.testing.assert_allclose(np.asarray(ds[name].values, float).ravel(), values,
+                                   rtol=1e-6, equal_nan=True, err_msg=name)
