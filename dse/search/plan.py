@@ -69,6 +69,7 @@ class Plan:
     fleet: dict | None = None  # device -> devices on hand (None: no limit)
     prices: dict | None = None  # device -> USD per device-hour given (else the catalogue's)
     mix: object = None  # pandas.DataFrame: the cheapest mix per workload (a row per part)
+    unit: str = "requests/s"  # of the rate: "sessions/s" for a study of agentic sessions
 
     def objectives(self) -> str:
         said = {"search": " (the study's [search] constraints)",
@@ -79,7 +80,7 @@ class Plan:
 
     def summary(self, rows: int = 10) -> str:
         t = self.table
-        head = (f"{self.study.name}: {_number(self.rate)} requests/s at {self.objectives()}: "
+        head = (f"{self.study.name}: {_number(self.rate)} {self.unit} at {self.objectives()}: "
                 f"{len(t):,} of {self.considered:,} deployments can serve it"
                 + (" within the fleet" if self.fleet else ""))
         if self.prices:
@@ -96,7 +97,7 @@ class Plan:
         within = (" within the fleet (" + ", ".join(f"{k}: {v:,}" for k, v in self.fleet.items())
                   + ")") if self.fleet else ""
         if not len(mix):
-            return f"\nno mix of deployments serves {_number(self.rate)} requests/s{within}"
+            return f"\nno mix of deployments serves {_number(self.rate)} {self.unit}{within}"
         lines = [f"\ncheapest mix of replicas{within}:"]
         shown = mix.drop(columns=[c for c in ("mix",) if c in mix])
         lines.append(shown.to_string(index=False, float_format=_number))
@@ -105,7 +106,8 @@ class Plan:
             lines.append(f"  mix {int(total['mix'].iloc[0])}: {int(total['replicas'].sum()):,} "
                          f"replicas, {int(total['devices'].sum()):,} devices"
                          + (f", {_number(usd.sum())} USD/h" if np.all(np.isfinite(usd)) else "")
-                         + f", serves up to {_number(total['max_rate_req_s'].sum())} requests/s")
+                         + f", serves up to {_number(total['max_rate_req_s'].sum())} "
+                         f"{self.unit}")
         unpriced = [c.name for c in self.study.hardware
                     if not math.isfinite(float(c.fields.get("price_per_hour_usd", math.nan)))]
         if unpriced:
@@ -135,7 +137,8 @@ def _mixed(mix) -> bool:
 
 def plan(study, rate: float, constraints=None, fleet: dict | None = None,
          prices: dict | None = None) -> Plan:
-    """Deployments of ``study`` that serve ``rate`` requests/s meeting ``constraints``
+    """Deployments of ``study`` that serve ``rate`` requests/s (a study of agentic
+    sessions: sessions/s, its session_rate) meeting ``constraints``
     (strings such as ``"ttft_p99_s <= 2"``; default: the study's ``[search]``
     constraints), ranked by cost per hour, and the cheapest mix of their replicas per
     workload within ``fleet`` (device -> devices on hand; None: no limit) at ``prices``
@@ -157,9 +160,14 @@ def plan(study, rate: float, constraints=None, fleet: dict | None = None,
                          '"inference"')
     if not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
         raise InputError("--rate", str(rate), "not a request rate", "a number > 0 (requests/s)")
-    if any(v > 0 for v in study.values("concurrency")):
-        raise InputError(file, "axes.concurrency", "capacity planning sizes an open loop",
-                         "request_rate (any value: dse plan sets it), no concurrency")
+    for closed, opened in (("concurrency", "request_rate"), ("sessions", "session_rate")):
+        if any(v > 0 for v in study.values(closed)):
+            raise InputError(file, f"axes.{closed}", "capacity planning sizes an open loop",
+                             f"{opened} (any value: dse plan sets it), no {closed}")
+    # a study of agentic sessions is planned in sessions/s (its rate, capacity per
+    # session: the turns' capacity over the turns of a session)
+    key = "session_rate" if study.has_sessions else "request_rate"
+    unit = "sessions/s" if key == "session_rate" else "requests/s"
     fleet = _fleet(study, fleet)
     source = "given"
     if constraints is None:
@@ -170,9 +178,9 @@ def plan(study, rate: float, constraints=None, fleet: dict | None = None,
     parsed = parse_constraints(list(constraints), "--constraint", OUTPUTS["inference"],
                                "constraints")
     study = study.at(**{a.name: list(a.values) for a in study.dims
-                        if a.name != "request_rate"}, request_rate=[float(rate)])
+                        if a.name != key}, **{key: [float(rate)]})
     study = _priced(study, prices)
-    axes = [a for a in study.dims if a.name != "request_rate"]
+    axes = [a for a in study.dims if a.name != key]
     combos = math.prod(len(a.values) for a in axes)
     if combos > MAX_DEPLOYMENTS:
         raise InputError(file, "[axes]", f"{combos:,} deployments to size",
@@ -183,15 +191,20 @@ def plan(study, rate: float, constraints=None, fleet: dict | None = None,
             columns[a.name].append(v)
     n = combos
     pools = ("prefill_devices", "decode_devices") if "disagg" in study.features else ()
-    names = tuple(dict.fromkeys(NEEDED + SHOWN + pools + variables(parsed)))
+    tiers = ("cost_per_session_usd", "sessions_per_s") if key == "session_rate" else ()
+    names = tuple(dict.fromkeys(NEEDED + SHOWN + pools + tiers + variables(parsed)))
     ev = Evaluator.of(study, names=names)
 
     def run(rates):
-        cols = dict(columns, request_rate=list(rates))
+        cols = dict(columns, **{key: list(rates)})
         return {k: np.asarray(v) for k, v in ev(trial_point(study, cols)).items()}
 
     probe = run(np.full(n, 1e-6))
     capacity = probe["capacity_req_s"]
+    if key == "session_rate":  # turns/s over the turns of a session
+        turns = np.asarray(columns["turns"], float) if "turns" in columns else float(
+            study.values("turns")[0])
+        capacity = capacity / turns
     usable = probe["valid"] & np.isfinite(capacity) & (capacity > 0.0)
     lo, hi = np.zeros(n), np.ones(n)
     for _ in range(BISECTIONS):
@@ -208,8 +221,10 @@ def plan(study, rate: float, constraints=None, fleet: dict | None = None,
     # a replica's price per hour at its operating point: every device of it, each pool's
     # at its own price (nan without one)
     hourly = at["cost_per_mtok"] * at["throughput_tok_s"] / 1e6 * 3600.0
+    if tiers:  # a session deployment's KV tiers are priced too
+        hourly = at["cost_per_session_usd"] * at["sessions_per_s"] * 3600.0
     table = pd.DataFrame({k: v for k, v in columns.items() if len(set(v)) > 1
-                          and k != "request_rate"})
+                          and k != key})
     table["rate_per_replica_req_s"] = rate / replicas
     table["max_rate_per_replica_req_s"] = best
     table["replicas"] = replicas
@@ -239,13 +254,14 @@ def plan(study, rate: float, constraints=None, fleet: dict | None = None,
         fits &= table["replicas"].to_numpy() * table["_devices_" + name].to_numpy() <= cap
     table = table[fits].drop(columns=hidden).reset_index(drop=True)
     return Plan(rate, tuple(str(c) for c in parsed), table, n, study, source, fleet,
-                dict(prices) if prices else None, mix)
+                dict(prices) if prices else None, mix, unit)
 
 
 # the keys that say what the rate is of (a mix serves one workload): the rest of a
 # study's axes are choices of the deployment
 WORKLOAD = ("model", "usecase", "input_len", "output_len", "input_len_cv", "output_len_cv",
-            "prefix_cache_hit", "prefix_len", "ttft_slo_s", "tpot_slo_s")
+            "prefix_cache_hit", "prefix_len", "ttft_slo_s", "tpot_slo_s", "turns", "turns_cv",
+            "turn_input_len", "shared_prefix_len", "think_time_s")
 CANDIDATES = 48  # deployments per device signature the mix considers (by cost per req/s)
 
 

@@ -92,6 +92,7 @@ EXPECTED = {
     "pipeline-apple-lan.toml": ({"heatmap", "pareto", "latency"}, {"roofline", "memory"}),
     "capacity.toml": ({"heatmap"}, {"pareto", "roofline", "latency"}),
     "serving-load.toml": ({"load", "frontier", "heatmap"}, {"roofline", "latency"}),
+    "agentic-sessions.toml": ({"tiers", "heatmap"}, {"roofline", "latency", "load"}),
 }
 
 
