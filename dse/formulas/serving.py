@@ -128,18 +128,19 @@ def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Se
                    par: Parallel, per_seq, room, kappa, output_len, features, spec_tokens):
     """The load model under agentic sessions (:mod:`dse.formulas.sessions`): returns
     (its outputs with the prefix reloads in TTFT and E2E, the caches, the serving load
-    as a request load).
+    as a request load, the mean turns of a session).
 
     A replica's turns enter the engine as requests of the mean turn's prompt, of which
-    the cached share h is not prefilled, the prefilled tokens spread as the turns'
-    are (coefficient of variation over hits and misses). The caches depend on the load
-    (the running requests' KV leaves the rest of HBM to idle copies; the response time
-    ages them) and the load on the caches: relaxed together, (:data:`SESSION_SEARCH` x :data:`SESSION_INNER` + :data:`SESSION_RELAX` times).
-    Open sessions (session_rate) send turns at rate x turns; closed sessions without
-    think time are a closed loop of their clients; closed sessions that think are the
-    finite-source loop N = X (T R + (T - 1) Z) / T, solved by bisection on the turn rate
-    X of an open loop (Poisson turns: the thinking sessions' next turns arrive
-    independently). The load model's CDFs are read at the study's SLOs only (goodput)."""
+    the cached share h is not prefilled, the prefilled tokens spread as the turns' are
+    (coefficient of variation over hits and misses). The caches depend on the load (the
+    running requests' KV leaves the rest of HBM to idle copies; the response time ages
+    them) and the load on the caches. Open sessions (session_rate) send turns at rate x
+    turns, relaxed with their caches SESSION_SEARCH x SESSION_INNER + SESSION_RELAX
+    times. Closed sessions are the finite-source loop N / k = X (T R + (T - 1) Z) / T,
+    solved by bisection on the turn rate X (SESSION_SEARCH trials of SESSION_INNER passes
+    of the caches each) of an open loop: a turn meets the other sessions' turns as
+    Poisson arrivals. The load model's CDFs are read at the study's SLOs only
+    (goodput)."""
     tn = sessions.turn_nodes(ss, 0)
     turns = sessions.mean_turns(tn)
     k = jnp.maximum(par.dp, 1.0)
@@ -165,9 +166,11 @@ def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Se
     mean_others = jnp.where(ss.routing == sessions.AFFINITY, (n - 1.0) / k, mean_others)
     var_others = jnp.where(ss.routing == sessions.AFFINITY,
                            jnp.maximum(n - 1.0, 0.0) / k * (1.0 - 1.0 / k), 0.0)
-    mu, sd = jnp.maximum(mean_others, 0.0), jnp.sqrt(var_others)
+    # (sqrt at a floor: its derivative at 0 would turn a zero tangent into NaN)
+    mu, sd = jnp.maximum(mean_others, 0.0), jnp.sqrt(jnp.maximum(var_others, 1e-20))
     split = mu >= sd  # mu -/+ sd, half each; else 0 and (sd^2 + mu^2) / mu
-    high = jnp.where(split, mu + sd, (sd * sd + mu * mu) / jnp.maximum(mu, 1e-30))
+    high = jnp.where(split, mu + sd, jnp.where(mu > 0.0, (sd * sd + mu * mu) / jnp.maximum(
+        mu, 1e-30), 0.0))
     low = jnp.where(split, mu - sd, 0.0)
     p_high = jnp.where(split, 0.5, mu * mu / jnp.maximum(sd * sd + mu * mu, 1e-30))
     others = jnp.stack(jnp.broadcast_arrays(low, high))

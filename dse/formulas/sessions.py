@@ -300,6 +300,7 @@ def cache(ss: Sessions, output_len, tn: Turns, n_terms: int, *, rate, hbm_free, 
 
     dram_s, dram_busy = link(dram, dram_per_token, 0.0)
     ssd_s, ssd_busy = link(ssd, ssd_per_token, ss.ssd_latency_s)
-    return Cache(prompt / turns, mean_c, jnp.sqrt(cv2), hbm_tok / prompt, dram_tok / prompt,
+    return Cache(prompt / turns, mean_c, jnp.sqrt(jnp.maximum(cv2, 1e-12)), hbm_tok / prompt,
+                 dram_tok / prompt,
                  ssd_tok / prompt, dram_s + ssd_s, jnp.maximum(dram_busy, ssd_busy),
                  dram_used, ssd_used, jnp.stack(jnp.broadcast_arrays(tau1, tau2, tau3)))

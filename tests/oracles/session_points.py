@@ -21,7 +21,8 @@ NAMES = ("ttft_s", "tpot_s", "prefix_hit_rate", "hbm_hit_rate", "dram_hit_rate",
          "request_throughput_req_s", "running_batch", "max_batch", "capacity_req_s")
 MODELS = (("llama-3.1-8b", 1), ("qwen3-32b", 2), ("llama-3.1-70b", 4))
 KEYS = ("model", "hardware", "tp", "framework", "replicas", "routing", "turns", "turns_cv",
-        "turn_input_len", "output_len", "output_len_cv", "shared_prefix_len", "think_time_s", "memory_reserve",
+        "turn_input_len", "output_len", "output_len_cv", "shared_prefix_len", "think_time_s",
+        "memory_reserve",
         "kv_dram_bytes", "kv_dram_bw_bytes_per_s", "kv_offload")
 UNIVERSE = dict(model=[m for m, _ in MODELS], hardware=["h100-sxm", "h200"], tp=[1, 2, 4],
                 framework=["vllm", "sglang"], replicas=[1, 2, 4],

@@ -9,8 +9,9 @@ think times, an explicit router, an explicit engine per replica (continuous batc
   once) or ``session_rate`` new sessions per second (open, Poisson). A session has
   ``turns`` turns (lognormal with ``turns_cv``, rounded, at least 1); turn n + 1 sends
   the shared prefix s, the n earlier turns' inputs and outputs and u new tokens, and
-  generates o tokens (lognormal with ``output_len_cv``, rounded, at least 1); the next turn arrives an exponential think time (mean ``think_s``; 0: at
-  once) after the last token. The closed loop's first sessions start at a random turn
+  generates o tokens (lognormal with ``output_len_cv``, rounded, at least 1); the next
+  turn arrives an exponential think time (mean ``think_s``; 0: at once) after the last
+  token. The closed loop's first sessions start at a random turn
   (a steady state's phases: sessions of fixed lengths started together would run in
   lock step, the waves of :func:`dse.formulas.load.lockstep`).
 - **Router**: ``random`` (any replica, each turn), ``session-affinity`` (a replica drawn
