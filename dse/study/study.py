@@ -591,6 +591,8 @@ def _check_load(study: Study, axes_raw: dict) -> Study:
     load_only = {n for n, o in OUTPUTS["inference"].items() if o.feature == "load"}
     if study.under_load:
         key = "concurrency" if closed else "request_rate"
+        if study.has_sessions:  # (a session study has its load at every point: checked)
+            key = "sessions" if any(v > 0 for v in study.values("sessions")) else "session_rate"
         static = any(v == 0 for v in study.values(key))  # points with no load: batch applies
         if "batch" in axes_raw and not static:
             raise InputError(file, "axes.batch", "has no effect under a request load (the "
