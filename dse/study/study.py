@@ -344,7 +344,7 @@ def parse_study_dict(raw: dict, text: str, file: str, base_dir: Path | None = No
         study = dataclasses.replace(study, search=with_slo_constraints(
             search, study.values, file, mode))
     _check_contradictions(study)
-    _check_sessions(study, axes_raw)
+    study = _check_sessions(study, axes_raw)
     return _check_load(_check_disagg(study, axes_raw, derived), axes_raw)
 
 
@@ -475,10 +475,11 @@ SESSION_KEYS = ("turns", "turns_cv", "turn_input_len", "shared_prefix_len", "thi
                 "kv_ssd_usd_per_gb_h", "routing", "replicas")
 
 
-def _check_sessions(study: Study, axes_raw: dict) -> None:
-    """Agentic-session keys that contradict the study or each other."""
+def _check_sessions(study: Study, axes_raw: dict) -> Study:
+    """Agentic-session keys that contradict the study or each other; returns the study
+    (``variables = "all"`` keeps only what it has)."""
     if study.mode != "inference":
-        return
+        return study
     file = study.file
     stated = [k for k in SESSION_KEYS if k in axes_raw]
     loads = {k: [v for v in study.values(k) if v > 0] for k in SESSION_LOADS}
@@ -492,7 +493,13 @@ def _check_sessions(study: Study, axes_raw: dict) -> None:
                     name].feature == "sessions":
                 raise InputError(file, key, f"{name!r} describes agentic sessions, and the "
                                  "study has none", "axes.sessions or axes.session_rate > 0")
-        return
+        if study.output.variables and study.sections.get("output", {}).get(
+                "variables") == "all":
+            only = {n for n, o in OUTPUTS["inference"].items() if o.feature == "sessions"}
+            kept = tuple(v for v in study.output.variables if v not in only)
+            return dataclasses.replace(study, output=dataclasses.replace(study.output,
+                                                                         variables=kept))
+        return study
     if all(loads.values()):
         raise InputError(file, "axes.session_rate", "given with axes.sessions",
                          "one session load: sessions (concurrent, closed) or session_rate "
@@ -522,6 +529,7 @@ def _check_sessions(study: Study, axes_raw: dict) -> None:
             raise InputError(file, "axes.kv_offload", f'"none" with a {tier.upper()} tier '
                              "(nothing would be written to it)", '"prompt" or "all", or no '
                              f"kv_{tier}_bytes")
+    return study
 
 
 POOLS = ("prefill", "decode")

@@ -21,8 +21,8 @@ from ..catalogue.model import model_features, stack as stack_models
 from ..core.evaluator import Evaluator
 from ..core.fusion import tracing
 from ..core.tables import with_framework
-from ..schema.knobs import (OPTIMIZERS, PP_SCHEDULES, RECOMPUTE, SERVING, InferencePoint,
-                            TrainingPoint)
+from ..schema.knobs import (KV_OFFLOAD, OPTIMIZERS, PP_SCHEDULES, RECOMPUTE, ROUTING, SERVING,
+                            InferencePoint, TrainingPoint)
 from .rows import Case
 
 # TensorRT-LLM's default max_batch_size (perf-overview: "batch up to 8192").
@@ -66,6 +66,10 @@ def _leaf(name: str, values: list, default) -> np.ndarray:
             v = OPTIMIZERS[v]
         elif name == "serving" and isinstance(v, str):
             v = SERVING.index(v)
+        elif name == "routing" and isinstance(v, str):
+            v = ROUTING.index(v)
+        elif name == "kv_offload" and isinstance(v, str):
+            v = KV_OFFLOAD.index(v)
         elif v is None:
             v = 0.0
         out.append(float(v))
