@@ -255,7 +255,11 @@ def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Se
         # the bisection's trials (SESSION_INNER relaxations each, the last deciding),
         # then relaxations at the last trial that fitted
         rate = jnp.where(timed, jnp.exp(jnp.where(searching, 0.5 * (lo + hi), lo)), open_rate)
-        res = run(h, cv, rate)
+        # (derivatives hold the load and the caches where the loop put them: the load
+        # model is not differentiable in its rate or its prefix share, and the bisection's
+        # bracket would carry a spurious one; the step's hardware derivatives flow)
+        rate = jax.lax.stop_gradient(rate)
+        res = run(*map(jax.lax.stop_gradient, (h, cv)), rate)
         c = caches(res, reload)
         target = ss.sessions / k * turns / jnp.maximum(
             turns * (res["e2e_s"] + reload) + (turns - 1.0) * ss.think_s, 1e-30)
