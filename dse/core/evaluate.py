@@ -338,7 +338,7 @@ def _with_sessions(p: InferencePoint, features: frozenset) -> InferencePoint:
     p = dataclasses.replace(p, dp=jnp.where(p.replicas > 0.0, p.replicas, p.dp))
     ss = session_load(p)
     with node_axes():  # (the turns' quadrature nodes lead the point axes)
-        tn = sessions.turn_nodes(ss, 0)
+        tn = sessions.turn_nodes(ss)
         prompt = sessions.prompt_per_turn(ss, p.output_len, tn)
     return dataclasses.replace(p, input_len=prompt, prefix_cache_hit=0.0 * p.prefix_cache_hit)
 

@@ -141,12 +141,10 @@ def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Se
     of the caches each) of an open loop: a turn meets the other sessions' turns as
     Poisson arrivals. The load model's CDFs are read at the study's SLOs only
     (goodput)."""
-    tn = sessions.turn_nodes(ss, 0)
+    tn = sessions.turn_nodes(ss)
     turns = sessions.mean_turns(tn)
     k = jnp.maximum(par.dp, 1.0)
     closed = ss.sessions > 0.0
-    timed = closed
-    clients = 0.0 * ss.sessions
     open_rate = ss.session_rate * turns / k
     devices = par.tp * par.pp
     n_terms = sessions.RANDOM_TERMS if "sessions_random" in features else 1
@@ -180,7 +178,7 @@ def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Se
     def run(h, cv, rate):
         hit_sm = sm._replace(prompt_attention_s=sm.prompt_attention_s * (1.0 + h),
                              prompt_attention_stage_s=sm.prompt_attention_stage_s * (1.0 + h))
-        seen = jnp.where(timed, jnp.maximum(rate * per_session * others, 1e-6 * rate),
+        seen = jnp.where(closed, jnp.maximum(rate * per_session * others, 1e-6 * rate),
                          rate + 0.0 * others)
         depth = jnp.ndim(seen)  # the two points lead the point axes
 
@@ -190,7 +188,7 @@ def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Se
 
         res = load.serve(step_of(hit_sm),
                          load.Lengths(*map(lift, lengths._replace(input_cv=cv))),
-                         load.Load(*map(lift, ld._replace(rate=seen, clients=clients,
+                         load.Load(*map(lift, ld._replace(rate=seen, clients=0.0 * seen,
                                                           prefix_hit=h, idle=1.0))))
         # a turn arrives a think time after its own last step: where that is short, the
         # engine is inside the step it began then, not a random one (Poisson arrivals
@@ -201,7 +199,7 @@ def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Se
         near = jnp.exp(-tau / jnp.maximum(z, 1e-30))
         left = jnp.where(z > 0.0, tau - z * (1.0 - near), tau)
         running = 1.0 - jnp.exp(-seen * res["e2e_s"])  # the others' occupancy (Poisson)
-        extra = jnp.where(timed, running * (left + jnp.where(z > 0.0, near, 0.0) * tau / 2.0
+        extra = jnp.where(closed, running * (left + jnp.where(z > 0.0, near, 0.0) * tau / 2.0
                                             - tau / 2.0), 0.0)
         res = dict(res, ttft_s=res["ttft_s"] + extra, e2e_s=res["e2e_s"] + extra,
                    queue_s=res["queue_s"] + extra,
@@ -220,8 +218,8 @@ def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Se
         # the closed loop's own throughput, and its decoding turns by Little's law
         decoding = rate * (out["e2e_s"] - out["ttft_s"])
         return dict(out, request_throughput_req_s=jnp.where(
-            timed, rate, out["request_throughput_req_s"]), running_batch=jnp.where(
-            timed, decoding, out["running_batch"]))
+            closed, rate, out["request_throughput_req_s"]), running_batch=jnp.where(
+            closed, decoding, out["running_batch"]))
 
     def caches(res, reload):
         x = jnp.where(res["overloaded"], res["capacity_req_s"], res["request_throughput_req_s"])
@@ -238,7 +236,7 @@ def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Se
     alone = output_len * step0(1.0, 0.0, 0.0)
     top = jnp.log(jnp.maximum(ss.sessions / k * turns / jnp.maximum(
         (turns - 1.0) * ss.think_s + turns * alone, 1e-30), 1e-30))
-    zero = 0.0 * (step0(1.0, 0.0, 0.0) + per_seq + room + turns + top + open_rate + clients
+    zero = 0.0 * (step0(1.0, 0.0, 0.0) + per_seq + room + turns + top + open_rate
                   + sum(lengths) + sum(ld) + sum(ss))
     # the load model's outputs and the caches are carried from the last relaxation (one
     # program for the load model: its CDFs are read at the SLOs there)
@@ -254,7 +252,7 @@ def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Se
         decide = searching & (i % SESSION_INNER == SESSION_INNER - 1)
         # the bisection's trials (SESSION_INNER relaxations each, the last deciding),
         # then relaxations at the last trial that fitted
-        rate = jnp.where(timed, jnp.exp(jnp.where(searching, 0.5 * (lo + hi), lo)), open_rate)
+        rate = jnp.where(closed, jnp.exp(jnp.where(searching, 0.5 * (lo + hi), lo)), open_rate)
         # (derivatives hold the load and the caches where the loop put them: the load
         # model is not differentiable in its rate or its prefix share, and the bisection's
         # bracket would carry a spurious one; the step's hardware derivatives flow)
@@ -285,7 +283,7 @@ def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Se
         little = (ss.sessions / k * turns / jnp.maximum(rate, 1e-30)
                   - (turns - 1.0) * ss.think_s) / turns
         wait = jnp.maximum(little - res["e2e_s"] - c.reload_s, 0.0)
-        wait = jnp.where(timed & jnp.isfinite(wait), wait, 0.0)
+        wait = jnp.where(closed & jnp.isfinite(wait), wait, 0.0)
         kept = {k_: fit(res[k_]) for k_ in keys}
         kept.update(ttft_meets=fit(res["ttft_cdf"](jnp.maximum(slo_ttft - c.reload_s, 1e-12))),
                     ttft_meets_held=fit(res["ttft_cdf"](jnp.maximum(
@@ -301,9 +299,9 @@ def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Se
         # stays consistent. An open loop relaxes throughout (an overloaded relaxation
         # carries no caches).
         good = ~high
-        take = jnp.where(timed, jnp.where(searching, decide & good, good), ~res["overloaded"])
+        take = jnp.where(closed, jnp.where(searching, decide & good, good), ~res["overloaded"])
         fitted = tuple(jnp.where(take, p_, f) for f, p_ in zip(fitted, passed))
-        state = tuple(jnp.where(timed, jnp.where(decide, s0, jnp.where(
+        state = tuple(jnp.where(closed, jnp.where(decide, s0, jnp.where(
             searching | good, p_, f)), r) for s0, p_, r, f in zip(first, passed, relaxed, fitted))
 
         def keep(new, old):
@@ -312,8 +310,8 @@ def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Se
         return state, fitted, lo, hi, edge, keep(kept, kept_old), keep(got, got_old)
 
     # the caches' first guess: no load (no running requests, no waits), turns at the
-    # rate of their decode steps at batch 1 (the timed loop: its bracket's middle)
-    guess = jnp.where(timed, jnp.exp(top - 4.6), open_rate)
+    # rate of their decode steps at batch 1 (the closed loop: its bracket's middle)
+    guess = jnp.where(closed, jnp.exp(top - 4.6), open_rate)
     c0 = sessions.cache(ss, output_len, tn, n_terms, rate=guess / turns,
                         hbm_free=jnp.maximum(room - pinned, 0.0), kappa=kappa, devices=devices,
                         wait=0.0, response=0.0, recompute_per_token=recompute)
@@ -331,7 +329,7 @@ def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Se
     # bracket's width can account for (the turn's cycle known to that share)
     wait = kept.pop("wait")
     cycle = ss.sessions / k / jnp.maximum(rate, 1e-30)
-    held = timed & (wait > 2.0 * jnp.expm1(hi - lo) * cycle)
+    held = closed & (wait > 2.0 * jnp.expm1(hi - lo) * cycle)
     wait = jnp.where(held, wait, 0.0)
     ttft_meets = jnp.where(held, kept.pop("ttft_meets_held"), kept.pop("ttft_meets"))
     tpot_meets = kept.pop("tpot_meets")
@@ -344,8 +342,7 @@ def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Se
     for q_ in ("p50", "p90", "p99"):
         res[f"ttft_{q_}_s"] = res[f"ttft_{q_}_s"] + shift
         res[f"e2e_{q_}_s"] = res[f"e2e_{q_}_s"] + shift
-    sv = sv._replace(concurrency=clients * k, request_rate=jnp.where(
-        closed & ~timed, 0.0, rate * k),
+    sv = sv._replace(concurrency=0.0 * rate, request_rate=rate * k,
         prefix_cache_hit=1.0 - c.computed / jnp.maximum(c.prompt, 1e-30))
     return res, c, sv, turns
 

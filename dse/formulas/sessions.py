@@ -100,10 +100,9 @@ class Turns(NamedTuple):
     w: Any  # the node's share of sessions
 
 
-def turn_nodes(ss: Sessions, rank: int) -> Turns:
+def turn_nodes(ss: Sessions) -> Turns:
     """Turns per session at lognormal quadrature nodes, whole and at least 1."""
     nodes, weights = q.lognormal_nodes(ss.turns, ss.turns_cv ** 2, TURN_NODES)
-    del rank
     return Turns(jnp.maximum(jnp.round(nodes), 1.0), weights)
 
 

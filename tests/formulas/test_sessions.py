@@ -33,7 +33,7 @@ def ses(**kw) -> sessions.Sessions:
 
 @functools.partial(jax.jit, static_argnames="n_terms")
 def _cache(ss, rate, hbm_free, recompute, response, devices, n_terms):
-    tn = sessions.turn_nodes(ss, 0)
+    tn = sessions.turn_nodes(ss)
     return sessions.cache(ss, O, tn, n_terms, rate=rate, hbm_free=hbm_free, kappa=KAPPA,
                           devices=devices, wait=0.0, response=response,
                           recompute_per_token=recompute)
