@@ -5,9 +5,9 @@ sets only one, harmless on every backend:
 
 - one host device per usable core (:mod:`dse.run.devices`), for sweeps on the CPU.
 
-What is the CPU's alone, the optimization barriers kept through fusion, is an option of
-each program compiled for the CPU (:func:`dse.core.fusion.jit`), never a flag: XLA:GPU
-has no instruction for a barrier that survives to its emitter.
+What is the CPU's alone (the optimization barriers kept through fusion, no YNNPACK
+fusions) is an option of each program compiled for the CPU (:func:`dse.core.fusion.jit`),
+never a flag: XLA:GPU has no instruction for a barrier that survives to its emitter.
 
 Every runner in :mod:`dse.run` calls :func:`configure` before it evaluates, and the CLI
 at start. If JAX's backend has already started (something ran in JAX first), nothing is

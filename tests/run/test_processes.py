@@ -134,7 +134,7 @@ import sys
 import dse
 from dse.core import fusion
 from dse.study import parse_study
-fusion.CPU_OPTIONS.clear()  # programs compiled as on a GPU: XLA drops the barriers
+fusion.CPU_OPTIONS.pop("xla_disable_hlo_passes")  # as on a GPU: XLA drops the barriers
 ds = dse.sweep(parse_study(sys.argv[1], "<test>"))
 ds.to_netcdf(sys.argv[2])
 """
@@ -209,7 +209,8 @@ def test_no_cpu_only_switch_reaches_another_backend():
         assert not [f for f in xla.flags(current) if f.startswith(xla.CPU_ONLY_PREFIXES)]
     for platform in ("gpu", "cuda", "rocm", "tpu", "METAL"):
         assert fusion.compiler_options(platform) == {}
-    assert fusion.compiler_options("cpu") == {"xla_disable_hlo_passes": "cse_barrier_expander"}
+    assert fusion.compiler_options("cpu") == {"xla_disable_hlo_passes": "cse_barrier_expander",
+                                              "xla_cpu_experimental_ynn_fusion_type": ""}
 
     def f(x):
         (y,) = fusion.computed_once(jnp.exp(x) * 3)
