@@ -3,7 +3,10 @@
 prefix caching, against the values the evaluator wrote at commit 61c48b8 (the last one
 without dse.formulas.sessions), stored with their studies in
 tests/data/load_values_before_sessions.json. The program is the same, so the values are
-the same to float32 rounding (1e-6: another CPU's vector width may round differently)."""
+the same to float32 rounding: 1e-5, since another CPU's vector width rounds differently
+(written on an AVX-512 host; on an AVX2-only AMD EPYC, compiled without YNNPACK fusions,
+the P99 TTFT of its bisected percentile moves by up to 3.4e-6, the rest by less). A
+session term leaking into a request load would move values by far more."""
 
 from __future__ import annotations
 
@@ -26,4 +29,4 @@ def test_a_request_load_is_priced_as_before_sessions(loop):
     ds = dse.sweep(study)
     for name, values in GOLDEN["values"][study.name].items():
         np.testing.assert_allclose(np.asarray(ds[name].values, float).ravel(), values,
-                                   rtol=1e-6, equal_nan=True, err_msg=name)
+                                   rtol=1e-5, equal_nan=True, err_msg=name)
