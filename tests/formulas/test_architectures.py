@@ -25,7 +25,9 @@ NEW = ["deepseek-r1", "kimi-k2", "minimax-m2", "qwen3-32b", "qwen3-next-80b-a3b"
        "qwen3.5-122b-a10b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.6-27b",
        "qwen3.6-35b-a3b", "glm-5.1", "kimi-k2.6", "kimi-k2.7-code", "minimax-m2.7",
        # Mamba-2 hybrids (dse.catalogue.model._hf_hybrid)
-       "nemotron-3-nano-30b-a3b", "nemotron-h-56b"]
+       "nemotron-3-nano-30b-a3b", "nemotron-h-56b",
+       # releases of an architecture already carded, each with its own config and counts
+       "deepseek-v3.1", "kimi-k2.5", "minimax-m2.5"]
 ARCHITECTURE = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
                 "vocab_size", "n_experts", "top_k", "d_ff_expert", "n_shared_experts",
                 "n_dense_layers", "moe_layer_step", "kv_lora_rank", "q_lora_rank",
