@@ -41,7 +41,7 @@ _CHOICE = {"mlp": ("gated", "plain"), "norm": ("rmsnorm", "layernorm"),
            "published_active_convention": ("all", "no_input_embedding", "no_embeddings")}
 _TEXT = ("name", "long_name", "family", "source", "notes", "activation",
          "published_params_source")
-_FLOAT = ("sliding_window_layers",)
+_FLOAT = ("sliding_window_layers", "index_layer_fraction")
 KNOWN_KEYS = frozenset(_REQUIRED_INT + _OPTIONAL_INT + _BOOL + tuple(_CHOICE) + _TEXT + _FLOAT
                        + ("aliases", "checkpoints"))
 # a quantized checkpoint's precision: the study's default for the keys it leaves out
@@ -99,10 +99,11 @@ class ModelCard:
             raise InputError(file, "checkpoints", f"value {checkpoints!r} is not valid",
                              "a table: checkpoint id (one of the aliases, or the source's own) "
                              "-> { weight_bits = 4 | 8 | 16, kv_bits = 8 | 16 }")
-        frac = data.get("sliding_window_layers", 1.0)
-        if not isinstance(frac, (int, float)) or isinstance(frac, bool) or not 0 <= frac <= 1:
-            raise InputError(file, "sliding_window_layers", f"value {frac!r} is not valid",
-                             "a fraction in [0, 1]")
+        for key in _FLOAT:
+            frac = data.get(key, 1.0)
+            if not isinstance(frac, (int, float)) or isinstance(frac, bool) or not 0 <= frac <= 1:
+                raise InputError(file, key, f"value {frac!r} is not valid",
+                                 "a fraction in [0, 1]")
         card = cls(name=name, fields=data, file=file)
         card._check_shapes()
         return card
@@ -206,6 +207,7 @@ class ModelCard:
             linear_state_bits=f.get("linear_state_bits", 16),
             index_topk=f.get("index_topk", 0), index_n_heads=f.get("index_n_heads", 0),
             index_head_dim=f.get("index_head_dim", 0),
+            index_layer_fraction=f.get("index_layer_fraction", 1.0),
             vision_layers=f.get("vision_layers", 0), vision_width=f.get("vision_width", 0),
             vision_d_ff=f.get("vision_d_ff", 0), vision_merge=f.get("vision_merge", 1),
             vision_mergers=f.get("vision_mergers", 0),
@@ -328,6 +330,11 @@ def _hf_layer_pattern(config: Mapping[str, Any], model_type: str, out: dict) -> 
     if model_type in {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text", "qwen3_5_moe",
                       "qwen3_5", "qwen3_5_text", "qwen3_vl_text", "qwen3_vl_moe_text"}:
         extra["qk_norm"] = True  # per-head RMSNorm on q and k (every Qwen3 decoder)
+    if model_type in {"olmoe", "olmo2"}:
+        # RMSNorm on the whole q and k projections (HF OlmoeAttention q_norm, k_norm):
+        # elementwise as dse's per-head norm; their d_model-wide weights are 2 (d_model -
+        # head_dim) per layer more than dse counts (OLMoE-1B-7B: 61,440 of 6.9B)
+        extra["qk_norm"] = True
     return extra
 
 
@@ -339,11 +346,12 @@ _DSA_TYPES = ("deepseek_v32", "glm_moe_dsa")
 
 def _hf_sparse_attention(config: Mapping[str, Any], model_type: str, out: dict,
                          file: str) -> dict:
-    """The indexer of a DSA config (index_topk, index_n_heads, index_head_dim). Keys that
-    would change its cost and that dse does not model are refused, not skipped: an
-    indexer on a model type dse does not know as DSA (DeepSeek-V4's compressed sparse
-    attention), layers reusing another layer's top-k (GLM-5.2's index_topk_freq 4,
-    indexer_types "shared"), MoE layers other than after the first_k_dense_replace."""
+    """The indexer of a DSA config (index_topk, index_n_heads, index_head_dim) and the
+    share of the layers that run one (index_layer_fraction: GLM-5.2's IndexShare, whose
+    "shared" layers reuse the top-k of the last "full" one; :func:`_indexer_schedule`).
+    Keys that would change its cost and that dse does not model are refused, not
+    skipped: an indexer on a model type dse does not know as DSA (DeepSeek-V4's
+    compressed sparse attention), MoE layers other than after the first_k_dense_replace."""
     if model_type not in _DSA_TYPES and not any(
             k in config for k in ("index_topk", "index_n_heads", "index_head_dim")):
         return {}
@@ -360,15 +368,12 @@ def _hf_sparse_attention(config: Mapping[str, Any], model_type: str, out: dict,
                              f"value {value!r} is not valid",
                              "a positive whole number (a JSON integer)")
         extra[key] = value
-    types = config.get("indexer_types")
     n_moe = out["n_layers"] - out.get("n_dense_layers", 0) if out.get("n_experts") else 0
     mlp_types = config.get("mlp_layer_types")
+    schedule = _indexer_schedule(config, out["n_layers"], file)
+    if not all(schedule):
+        extra["index_layer_fraction"] = sum(schedule) / len(schedule)
     refused = {
-        "index_topk_freq": config.get("index_topk_freq") not in (None, 1),
-        "index_skip_topk_offset": config.get("index_skip_topk_offset") not in (None, 0),
-        "index_topk_pattern": config.get("index_topk_pattern") is not None,
-        "indexer_types": types is not None and (not isinstance(types, list)
-                                                or any(t != "full" for t in types)),
         "moe_layer_freq": config.get("moe_layer_freq") not in (None, 1),
         "mlp_layer_types": mlp_types is not None and mlp_types != (
             ["dense"] * (out["n_layers"] - n_moe) + ["sparse"] * n_moe),
@@ -379,6 +384,44 @@ def _hf_sparse_attention(config: Mapping[str, Any], model_type: str, out: dict,
                              "indexer or experts, which dse does not model", what + ", MoE "
                              "on every layer after first_k_dense_replace")
     return extra
+
+
+def _indexer_schedule(config: Mapping[str, Any], n_layers: int, file: str) -> list[bool]:
+    """Which layers run their own DSA indexer (True, "full") and which reuse the top-k of
+    the last one before them (False, "shared"), as the HF GLM-5 config and vLLM's
+    deepseek_v2.py read it: an explicit ``indexer_types`` list, else an
+    ``index_topk_pattern`` of F and S, else ``index_topk_freq`` f with
+    ``index_skip_topk_offset`` o: layer i is full when max(i - o + 1, 0) % f == 0 (GLM-5.2:
+    f 4, o 3, 21 of 78 layers full). Without any of them every layer is full."""
+    def bad(key, allowed):
+        raise InputError(file, key, f"value {config.get(key)!r} is not valid", allowed)
+
+    types, pattern = config.get("indexer_types"), config.get("index_topk_pattern")
+    freq = config.get("index_topk_freq")
+    if types is not None:
+        if (not isinstance(types, list) or len(types) != n_layers
+                or not set(types) <= {"full", "shared"}):
+            bad("indexer_types", f'a list of {n_layers} entries, each "full" or "shared"')
+        schedule = [t == "full" for t in types]
+    elif pattern is not None:
+        if (not isinstance(pattern, str) or len(pattern) != n_layers
+                or not set(pattern) <= set("FS")):
+            bad("index_topk_pattern", f"a string of {n_layers} letters F (full) or S (shared)")
+        schedule = [c == "F" for c in pattern]
+    elif freq in (None, 1):
+        schedule = [True] * n_layers
+    else:
+        offset = config.get("index_skip_topk_offset")
+        if not isinstance(freq, int) or isinstance(freq, bool) or freq < 1:
+            bad("index_topk_freq", "a positive whole number")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            bad("index_skip_topk_offset", "a whole number >= 0 (the layers before the "
+                "shared schedule starts), stated with index_topk_freq")
+        schedule = [max(i - offset + 1, 0) % freq == 0 for i in range(n_layers)]
+    if not schedule[0]:
+        bad("indexer_types" if types is not None else "index_topk_pattern",
+            "a schedule whose first layer runs its own indexer (full)")
+    return schedule
 
 
 # Hugging Face model types that are encoders or encoder-decoders (issue 36 row 12: a

@@ -57,11 +57,13 @@ def index_key_bytes(m: ModelSpec):
 def kv_bytes_per_token(m: ModelSpec, s: Shard, kv_bits, mla: bool):
     """Bytes one layer caches per token on one device (MLA: the latent and, with DSA,
     the index key, both replicated over tensor parallelism; the index key is FP8
-    whatever ``kv_bits``)."""
+    whatever ``kv_bits``, and only layers that run their own indexer keep one: the
+    average layer's share, index_layer_fraction)."""
     standard = s.kv_heads * 2.0 * m.head_dim * kv_bits / 8.0
     if not mla:
         return standard
-    latent = (m.kv_lora_rank + m.qk_rope_head_dim) * kv_bits / 8.0 + index_key_bytes(m)
+    latent = ((m.kv_lora_rank + m.qk_rope_head_dim) * kv_bits / 8.0
+              + m.index_layer_fraction * index_key_bytes(m))
     return jnp.where(m.kv_lora_rank > 0.0, latent, standard)
 
 

@@ -90,7 +90,8 @@ def full_attention_params(m: ModelSpec, s: Shard):
     has low-rank q and kv paths: down-projections D -> q_lora and D -> kv_lora + rope
     (each followed by an RMSNorm; replicated under tp), up-projections to every head's
     (nope + rope) query and (nope + v) key/value, and the output from v_head_dim per head;
-    with DeepSeek Sparse Attention, its indexer (:func:`indexer_params`).
+    with DeepSeek Sparse Attention, its indexer (:func:`indexer_params`), on the share of
+    the layers that run one (index_layer_fraction; the average layer is returned).
     """
     xp = _xp()
     d, hd = m.d_model, m.head_dim
@@ -104,7 +105,7 @@ def full_attention_params(m: ModelSpec, s: Shard):
                  d * s.heads * qk)
     kv = (d * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
           + m.kv_lora_rank * s.heads * (m.qk_nope_head_dim + m.v_head_dim))
-    latent = q + kv + s.heads * m.v_head_dim * d + indexer_params(m)
+    latent = q + kv + s.heads * m.v_head_dim * d + m.index_layer_fraction * indexer_params(m)
     return xp.where(m.kv_lora_rank > 0.0, latent, standard)
 
 

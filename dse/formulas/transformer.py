@@ -184,6 +184,8 @@ def layer_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, pa
         attn["attention"] = parts.where(m.index_topk > 0.0, top, attn["attention"])
         indexer = _attention_parts(fixed("index", index), index, fp8_rates(rates, p), ps,
                                    False, 0.0, hints)
+        # IndexShare (GLM-5.2): the other layers reuse the last indexer's top-k
+        indexer = {n: parts.scale(v, m.index_layer_fraction) for n, v in indexer.items()}
         attn = {n: parts.add(attn.get(n, parts.ZERO), indexer[n]) if n in indexer else attn[n]
                 for n in dict.fromkeys([*attn, *indexer])}
     if "window" in features:

@@ -92,6 +92,9 @@ class ModelSpec:
     vision_mergers: Any = 0.0
     vision_patch_inputs: Any = 0.0
     vision_positions: Any = 0.0
+    # DSA's IndexShare (GLM-5.2): the share of the layers that run their own indexer and
+    # cache index keys; the others reuse the top-k of the last such layer
+    index_layer_fraction: Any = 1.0
 
     def astype(self, dtype) -> "ModelSpec":
         return pytrees.astype(self, dtype)

@@ -27,7 +27,9 @@ NEW = ["deepseek-r1", "kimi-k2", "minimax-m2", "qwen3-32b", "qwen3-next-80b-a3b"
        # Mamba-2 hybrids (dse.catalogue.model._hf_hybrid)
        "nemotron-3-nano-30b-a3b", "nemotron-h-56b",
        # releases of an architecture already carded, each with its own config and counts
-       "deepseek-v3.1", "kimi-k2.5", "minimax-m2.5"]
+       "deepseek-v3.1", "kimi-k2.5", "minimax-m2.5",
+       # DSA with IndexShare (index_layer_fraction)
+       "glm-5.2"]
 ARCHITECTURE = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
                 "vocab_size", "n_experts", "top_k", "d_ff_expert", "n_shared_experts",
                 "n_dense_layers", "moe_layer_step", "kv_lora_rank", "q_lora_rank",
@@ -35,7 +37,8 @@ ARCHITECTURE = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_f
                 "linear_value_heads", "attention_sinks", "attention_output_gate",
                 "expert_bias", "qk_norm", "qkv_bias", "tied_embeddings", "index_topk",
                 "index_n_heads", "index_head_dim", "mlp_free_layers", "linear_key_heads",
-                "linear_key_head_dim", "linear_value_head_dim", "linear_state_bits")
+                "linear_key_head_dim", "linear_value_head_dim", "linear_state_bits",
+                "index_layer_fraction")
 
 
 @pytest.mark.parametrize("name", NEW)
@@ -125,12 +128,13 @@ def test_hand_written_cards_against_the_papers_counts(name, embedding, non_embed
     assert abs(tables - embedding) <= 0.05e9 and abs(n - tables - non_embedding) <= 0.05e9
 
 
-KV_MODELS = ("qwen3-32b", "deepseek-r1", "gpt-oss-120b", "qwen3-next-80b-a3b", "glm-5")
+KV_MODELS = ("qwen3-32b", "deepseek-r1", "gpt-oss-120b", "qwen3-next-80b-a3b", "glm-5",
+             "glm-5.2")
 
 
 @pytest.fixture(scope="module")
 def kv_sweep():
-    """One sweep: the five models at 62,000 and 126,000 prompt tokens, 16-bit cache."""
+    """One sweep: the six models at 62,000 and 126,000 prompt tokens, 16-bit cache."""
     return sweep_text(f"""
 [study]
 dtype = "float64"
@@ -165,7 +169,9 @@ def test_kv_bytes_per_token_by_hand(kv_sweep):
       36 x 1,097,728 B = 39,518,208 B per sequence;
     - MLA with DeepSeek Sparse Attention, GLM-5: 78 layers x ((512 + 64) x 2 B latent +
       128 B FP8 index key + its 4 B scale) = 78 x 1,284 B = 100,152 B: the top-k
-      selection saves reads, not cache."""
+      selection saves reads, not cache;
+    - the same with IndexShare, GLM-5.2: the latent on all 78 layers, the index key only
+      on the 21 that run an indexer: 78 x 1,152 + 21 x 132 = 92,628 B."""
     assert _kv_per_token(kv_sweep, "qwen3-32b")[0] == pytest.approx(262_144, rel=1e-9)
     assert _kv_per_token(kv_sweep, "deepseek-r1")[0] == pytest.approx(70_272, rel=1e-9)
     per_token, short = _kv_per_token(kv_sweep, "gpt-oss-120b")
@@ -175,6 +181,7 @@ def test_kv_bytes_per_token_by_hand(kv_sweep):
     assert per_token == pytest.approx(24_576, rel=1e-9)
     assert short == pytest.approx(62_002 * 24_576 + 36 * 1_097_728, rel=1e-9)
     assert _kv_per_token(kv_sweep, "glm-5")[0] == pytest.approx(100_152, rel=1e-9)
+    assert _kv_per_token(kv_sweep, "glm-5.2")[0] == pytest.approx(92_628, rel=1e-9)
 
 
 def test_a_hybrid_decode_step_reads_a_constant_state(kv_sweep):
