@@ -29,7 +29,9 @@ NEW = ["deepseek-r1", "kimi-k2", "minimax-m2", "qwen3-32b", "qwen3-next-80b-a3b"
        # releases of an architecture already carded, each with its own config and counts
        "deepseek-v3.1", "kimi-k2.5", "minimax-m2.5",
        # DSA with IndexShare (index_layer_fraction)
-       "glm-5.2"]
+       "glm-5.2",
+       # configs verified against the Hub's etag or file size (the cards' notes)
+       "deepseek-r1-distill-llama-8b", "deepseek-r1-distill-qwen-32b", "olmoe-1b-7b"]
 ARCHITECTURE = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
                 "vocab_size", "n_experts", "top_k", "d_ff_expert", "n_shared_experts",
                 "n_dense_layers", "moe_layer_step", "kv_lora_rank", "q_lora_rank",
@@ -82,12 +84,15 @@ def test_exact_counts_where_the_checkpoint_gives_them():
     """Exact sums of checkpoint tensors (HF safetensors / GGUF general.parameter_count):
     gpt-oss-120b 116,829,156,672 and -20b 20,914,757,184 (the model card's 116.83B and
     20.91B), Qwen3-32B 32,762,123,264, Kimi-K2 1,026,408,232,448, MiniMax-M2
-    228,689,764,864; Qwen3-Next-80B-A3B 81,324,862,720 less its 1,650,471,424-parameter
+    228,689,764,864, DeepSeek-R1-Distill-Llama-8B 8,030,261,248 and -Qwen-32B
+    32,763,876,352 (the Hub API's safetensors totals); Qwen3-Next-80B-A3B 81,324,862,720 less its 1,650,471,424-parameter
     MTP module (mtp.* tensors); Llama-4-Maverick 401,583,781,376 less the 871,932,416 of
     its vision encoder."""
     exact = {"gpt-oss-120b": 116_829_156_672, "gpt-oss-20b": 20_914_757_184,
              "qwen3-32b": 32_762_123_264, "kimi-k2": 1_026_408_232_448,
              "minimax-m2": 228_689_764_864,
+             "deepseek-r1-distill-llama-8b": 8_030_261_248,  # the Hub API's safetensors total
+             "deepseek-r1-distill-qwen-32b": 32_763_876_352,
              "qwen3-next-80b-a3b": 81_324_862_720 - 1_650_471_424,
              "llama-4-maverick": 401_583_781_376 - 871_932_416}
     _, totals, _ = _counts(list(exact))
