@@ -30,7 +30,7 @@ _OPTIONAL_INT = ("n_kv_heads", "norms_per_layer", "head_dim", "learned_pos_rows"
                  "moe_layer_step", "linear_layers", "linear_key_heads", "linear_value_heads",
                  "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel",
                  "linear_state_bits", "index_topk", "index_n_heads", "index_head_dim",
-                 "mlp_free_layers", "vision_layers", "vision_width", "vision_d_ff",
+                 "mlp_free_layers", "moe_latent_size", "vision_layers", "vision_width", "vision_d_ff",
                  "vision_merge", "vision_mergers", "vision_patch_inputs", "vision_positions")
 _BOOL = ("tied_embeddings", "qkv_bias", "linear_bias", "qk_norm", "norm_bias",
          "attention_sinks", "attention_output_gate", "expert_bias")
@@ -208,6 +208,7 @@ class ModelCard:
             index_topk=f.get("index_topk", 0), index_n_heads=f.get("index_n_heads", 0),
             index_head_dim=f.get("index_head_dim", 0),
             index_layer_fraction=f.get("index_layer_fraction", 1.0),
+            moe_latent_size=f.get("moe_latent_size", 0),
             vision_layers=f.get("vision_layers", 0), vision_width=f.get("vision_width", 0),
             vision_d_ff=f.get("vision_d_ff", 0), vision_merge=f.get("vision_merge", 1),
             vision_mergers=f.get("vision_mergers", 0),
@@ -281,6 +282,7 @@ _HF_KEYS = {
     "qk_nope_head_dim": ("qk_nope_head_dim",),
     "qk_rope_head_dim": ("qk_rope_head_dim",),
     "v_head_dim": ("v_head_dim",),
+    "moe_latent_size": ("moe_latent_size",),
 }
 _PLAIN_MLP_TYPES = {"gpt2", "opt", "gpt_neox", "gptj", "bloom", "falcon", "mpt", "gpt_bigcode",
                     "phi", "starcoder2"}
@@ -437,8 +439,6 @@ _ENCODER_TYPES = frozenset({
 # plain transformer, such a model's numbers would be wrong without a word (issue 40:
 # an unknown field that changes cost is an error, not a guess).
 _UNMODELLED_KEYS = {
-    "moe_latent_size": "experts computed in a latent width of their own (Nemotron-3 Super "
-                       "and Ultra's latent MoE)",
     "block_configs": "a different attention and MLP shape in each layer (Llama-Nemotron "
                      "NAS models)",
     "hybrid_layer_pattern": "sliding-window layers with head counts of their own (MiMo-V2)",
@@ -587,7 +587,8 @@ def card_from_hf_config(config: Mapping[str, Any], file: str, name: str,
     if out.get("n_experts") and "d_ff_expert" not in out:
         out["d_ff_expert"] = out.get("d_ff")
     if not out.get("n_experts"):
-        for key in ("n_experts", "top_k", "d_ff_expert", "n_shared_experts", "n_dense_layers"):
+        for key in ("n_experts", "top_k", "d_ff_expert", "n_shared_experts", "n_dense_layers",
+                    "moe_latent_size"):
             out.pop(key, None)
     out["tied_embeddings"] = bool(config.get("tie_word_embeddings",
                                              model_type in _LEARNED_POS_TYPES))

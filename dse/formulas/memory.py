@@ -27,12 +27,14 @@ def stage_layers(m: ModelSpec, pp):
 def moe_params_per_device(m: ModelSpec, s: Shard, par: Parallel):
     """Routed experts under expert parallelism, shared experts and router of one layer."""
     local, etp, _ = expert_layout(m, par)
-    routed = local * (m.mlp_matrices * m.d_model * m.d_ff_expert / etp
-                      + m.expert_bias * ((m.mlp_matrices - 1.0) * m.d_ff_expert / etp + m.d_model))
+    width = params.expert_width(m)
+    routed = local * (m.mlp_matrices * width * m.d_ff_expert / etp
+                      + m.expert_bias * ((m.mlp_matrices - 1.0) * m.d_ff_expert / etp + width))
     shared = m.n_shared_experts * (m.mlp_matrices * m.d_model * s.ff_expert
                                    + m.expert_bias * ((m.mlp_matrices - 1.0) * s.ff_expert
                                                       + m.d_model))
-    return routed + shared + m.d_model * m.n_experts + m.expert_bias * m.n_experts
+    return (routed + shared + m.d_model * m.n_experts + m.expert_bias * m.n_experts
+            + params.latent_projection_params(m))
 
 
 def weight_params_per_device(m: ModelSpec, s: Shard, par: Parallel):

@@ -130,12 +130,30 @@ def dense_mlp_params(m: ModelSpec, ff):
                                  + m.linear_bias * ((m.mlp_matrices - 1.0) * ff + m.d_model))
 
 
+def expert_width(m: ModelSpec):
+    """The width of the tokens the routed experts read and write: d_model, or LatentMoE's
+    moe_latent_size (Nemotron-3 Super and Ultra; HF NemotronHMoE: the router reads the
+    d_model token, fc1_latent_proj projects it to the latent, the routed experts run
+    there, fc2_latent_proj projects their sum back; the shared experts stay at d_model)."""
+    return _xp().where(m.moe_latent_size > 0.0, m.moe_latent_size, m.d_model)
+
+
+def latent_projection_params(m: ModelSpec):
+    """LatentMoE's fc1_latent_proj and fc2_latent_proj of one MoE layer (no biases), whole
+    on every tensor-parallel device as vLLM and TensorRT-LLM keep them; 0 without."""
+    return 2.0 * m.d_model * m.moe_latent_size
+
+
 def moe_mlp_params(m: ModelSpec, s: Shard, experts):
-    """``experts`` routed experts plus the shared ones, and the (replicated) router."""
-    bias = m.expert_bias * ((experts + m.n_shared_experts) * ((m.mlp_matrices - 1.0) * s.ff_expert
-                                                              + m.d_model) + m.n_experts)
-    return ((experts + m.n_shared_experts) * m.mlp_matrices * m.d_model * s.ff_expert
-            + m.d_model * m.n_experts + bias)
+    """``experts`` routed experts plus the shared ones, the (replicated) router and
+    LatentMoE's projections."""
+    width = expert_width(m)
+    bias = m.expert_bias * (experts * ((m.mlp_matrices - 1.0) * s.ff_expert + width)
+                            + m.n_shared_experts * ((m.mlp_matrices - 1.0) * s.ff_expert
+                                                    + m.d_model) + m.n_experts)
+    return (experts * m.mlp_matrices * width * s.ff_expert
+            + m.n_shared_experts * m.mlp_matrices * m.d_model * s.ff_expert
+            + m.d_model * m.n_experts + latent_projection_params(m) + bias)
 
 
 def norm_params(m: ModelSpec):

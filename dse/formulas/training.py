@@ -200,7 +200,10 @@ def layer_activation_bytes(m: ModelSpec, s: Shard, lay: Layout, tokens, seq_len,
     dense_mlp = m.mlp_matrices * s.ff * a
     _, etp, group = expert_layout(m, Parallel(lay.tp, lay.pp, lay.dp, lay.ep))
     rows = m.top_k * group / lay.ep
-    moe_mlp = (rows * (m.mlp_matrices * m.d_ff_expert / etp + d) * a
+    # LatentMoE: the dispatched copies are latent-wide, and the latent token kept twice
+    width = params.expert_width(m)
+    moe_mlp = (rows * (m.mlp_matrices * m.d_ff_expert / etp + width) * a
+               + 2.0 * m.moe_latent_size * a
                + m.n_shared_experts * m.mlp_matrices * s.ff_expert * a + m.n_experts * 4.0)
     common = replicated / shard_rep + attention + scores
     checkpoint = d * a / shard_rep
@@ -278,7 +281,7 @@ def stage_params(m: ModelSpec, s: Shard, par: Parallel, n, ends):
                     table + (1.0 - m.tied_embeddings) * s.vocab * m.d_model)
     total = layers + jnp.where(ends, end, 0.0) + jnp.where(ends, m.norm_params * m.d_model, 0.0)
     local, etp, _ = expert_layout(m, par)
-    experts = moe_stage * local * m.mlp_matrices * m.d_model * m.d_ff_expert / etp
+    experts = moe_stage * local * m.mlp_matrices * params.expert_width(m) * m.d_ff_expert / etp
     return total, experts
 
 

@@ -50,16 +50,18 @@ def physical_experts(m: ModelSpec, par: Parallel):
     return m.n_experts + jnp.where(par.ep > 1.0, par.redundant, 0.0)
 
 
-def _mlp(m: ModelSpec, rows, ff, weight_sets, p: Precision, bias):
-    """gate/up projection, activation function, down projection."""
+def _mlp(m: ModelSpec, rows, ff, weight_sets, p: Precision, bias, width=None):
+    """gate/up projection, activation function, down projection (on tokens of ``width``,
+    d_model unless given: LatentMoE's routed experts)."""
     w, a = p.weight_bits, p.act_bits
+    d = m.d_model if width is None else width
     up_width = (m.mlp_matrices - 1.0) * ff
     if weight_sets is None:
-        up = op.matmul(rows, m.d_model, up_width, w, a, bias)
-        down = op.matmul(rows, ff, m.d_model, w, a, bias)
+        up = op.matmul(rows, d, up_width, w, a, bias)
+        down = op.matmul(rows, ff, d, w, a, bias)
     else:
-        up = op.grouped_matmul(rows, m.d_model, up_width, weight_sets, w, a)
-        down = op.grouped_matmul(rows, ff, m.d_model, weight_sets, w, a)
+        up = op.grouped_matmul(rows, d, up_width, weight_sets, w, a)
+        down = op.grouped_matmul(rows, ff, d, weight_sets, w, a)
     return [up, op.elementwise(rows * ff, m.mlp_matrices - 1.0, 1.0, a, 4.0), down]
 
 
@@ -144,14 +146,15 @@ def layer_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, pa
         # share of its expert's tokens)
         slots = jnp.maximum(physical_experts(m, par), 1.0)
         hit = local * (1.0 - (1.0 - m.top_k / slots) ** (t * group))
-        routed = _mlp(m, rows, m.d_ff_expert / etp, hit, p, 0.0)
+        width = params.expert_width(m)  # d_model, or LatentMoE's latent
+        routed = _mlp(m, rows, m.d_ff_expert / etp, hit, p, 0.0, width)
         # The routed experts run as one grouped kernel whose measured efficiency (the MoE
         # surface) is read at the device's rows per expert in use, the experts in use side
         # by side and the hidden size (dse.catalogue.kernel_build.moe_shape); the kernel
         # measured includes the activation between its two GEMMs. The grouped shapes stay
         # behind for the GEMM surface where no MoE surface is shipped.
         used = jnp.maximum(hit, 1.0)
-        moe_shape = (rows / used, used * m.d_ff_expert / etp, d)
+        moe_shape = (rows / used, used * m.d_ff_expert / etp, width)
         up, act, down = routed
         if flat.moe_surface is not None:
             inside = flat.kernel_table >= 0.0
@@ -165,7 +168,15 @@ def layer_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, pa
                              bytes=jnp.where(has_shared, c.bytes, 0.0))
                   for c in _mlp(m, t, m.n_shared_experts * s.ff_expert, None, p, 0.0)]
         router = op.matmul(t, d, m.n_experts, p.weight_bits, a)
-        groups["moe"] = ([(c, rates) for c in [router] + shared]
+        # LatentMoE: every token down to the latent before dispatch and back after the
+        # combine, whole on each tensor-parallel device (vLLM, TensorRT-LLM replicate them)
+        latent = m.moe_latent_size > 0.0
+        latent_width = jnp.maximum(m.moe_latent_size, 1.0)  # a shape the surfaces can read
+        projections = [c._replace(flops=jnp.where(latent, c.flops, 0.0),
+                                  bytes=jnp.where(latent, c.bytes, 0.0))
+                       for c in (op.matmul(t, d, latent_width, p.weight_bits, a),
+                                 op.matmul(t, latent_width, d, p.weight_bits, a))]
+        groups["moe"] = ([(c, rates) for c in [router] + shared + projections]
                          + [(c, expert_rates) for c in routed])
         if "lora" in features:
             groups["moe_lora"] = [(_lora(m, s, p, ps, o, False), rates)]
@@ -212,7 +223,8 @@ def layer_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, pa
         return dense, {}
     moe = dict(common, moe=done["moe"],
                tp_comm=parts.scale(reduce, jnp.where(par.ep > 1.0, 1.0, 2.0)),
-               ep_comm=parts.comm(2.0 * comm.all_to_all_s(rows * d * a / 8.0, par.ep, rates)))
+               ep_comm=parts.comm(2.0 * comm.all_to_all_s(rows * width * a / 8.0, par.ep,
+                                                          rates)))
     if "lora" in features:
         moe["lora"] = done["moe_lora"]
     return dense, moe

@@ -95,6 +95,9 @@ class ModelSpec:
     # DSA's IndexShare (GLM-5.2): the share of the layers that run their own indexer and
     # cache index keys; the others reuse the top-k of the last such layer
     index_layer_fraction: Any = 1.0
+    # LatentMoE (Nemotron-3 Super, Ultra): the routed experts read and write tokens of
+    # this width, projected from and back to d_model once per layer (0: d_model)
+    moe_latent_size: Any = 0.0
 
     def astype(self, dtype) -> "ModelSpec":
         return pytrees.astype(self, dtype)

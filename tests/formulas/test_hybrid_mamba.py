@@ -11,7 +11,7 @@ from dse.catalogue.model import card_from_hf_config
 from dse.errors import InputError
 from dse.formulas.params import total_params
 
-from ..helpers import evaluate_point
+from ..helpers import evaluate_point, sweep_text
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "hf_configs"
 
@@ -76,14 +76,56 @@ def test_decode_memory_of_the_state_space_layers_is_constant_in_the_context():
     assert short - 6144 * (1024 + 1024) == pytest.approx(49_082_368, rel=1e-9)
 
 
-def test_latent_moe_and_unknown_blocks_are_refused():
-    """Nemotron-3 Super's latent MoE (experts in a width of their own) and a block type
-    dse does not know are one-line errors naming the key, not a guess."""
+def test_unknown_blocks_are_refused():
+    """A block type dse does not know, and Mamba layers without a hybrid pattern, are
+    one-line errors naming the key, not a guess."""
     config = _config("nemotron-3-nano-30b-a3b")
-    with pytest.raises(InputError, match="moe_latent_size"):
-        card_from_hf_config(dict(config, moe_latent_size=1024), "x", "x")
     with pytest.raises(InputError, match=r"hybrid_override_pattern.*'X'"):
         card_from_hf_config(dict(config, hybrid_override_pattern="MEX*"), "x", "x")
     with pytest.raises(InputError, match="ssm_state_size"):
         card_from_hf_config({k: v for k, v in config.items()
                              if k != "hybrid_override_pattern"}, "x", "x")
+
+
+def test_a_latent_moe_layer_by_hand():
+    """Nemotron-3 Super's LatentMoE layer (HF NemotronHMoE; D 4096, latent 1024): 512
+    routed relu2 experts of 2688 on latent-wide tokens, 2 x 1024 x 2688 each; the shared
+    expert of 5376 at D, 2 x 4096 x 5376; the router 4096 x 512; fc1_latent_proj and
+    fc2_latent_proj, 2 x 4096 x 1024: 2,873,098,240 parameters (at D-wide experts it
+    would be 11.3e9). Its 40 such layers are 95% of the 120B."""
+    from dse.formulas.params import moe_mlp_params, whole
+    by_hand = (512 * 2 * 1024 * 2688 + 2 * 4096 * 5376 + 4096 * 512 + 2 * 4096 * 1024)
+    assert by_hand == 2_873_098_240
+    spec = card_from_hf_config(_config("nemotron-3-super-120b-a12b"), "x", "super").spec()
+    assert spec.moe_latent_size == 1024
+    assert float(moe_mlp_params(spec, whole(spec), spec.n_experts)) == by_hand
+
+
+def test_a_latent_moe_decode_step_reads_latent_wide_experts():
+    """Nemotron-3 Super, one decode token over tp 8 (16-bit weights and activations): per
+    MoE layer and device the step reads the router (4096 x 512, whole), the two latent
+    projections (4096 x 1024 each, whole, as vLLM and TensorRT-LLM replicate them), the
+    shared expert (4096 x 5376 / 8 and back) and the 22 experts the token routes to, each
+    2 x 1024 x 2688 / 8 on latent-wide rows, with their rows' activations in and out.
+    40 MoE layers; the 'moe' breakdown component."""
+    d, lat, e, k = 4096, 1024, 512, 22
+    ff_s, ff_r = 5376 // 8, 2688 // 8
+    router = 2 * (d * e + d + e)
+    latent = 2 * 2 * (d * lat + d + lat)
+    shared = 2 * (2 * d * ff_s + 2 * (d + ff_s) + 2 * ff_s)
+    routed = 2 * (k * 2 * lat * ff_r + 2 * k * (lat + ff_r) + 2 * k * ff_r)
+    ds = sweep_text("""
+[study]
+dtype = "float64"
+[axes]
+model = "nemotron-3-super-120b-a12b"
+hardware = "h200"
+tp = 8
+batch = 1
+input_len = 512
+output_len = 128
+[output]
+breakdown = true
+""")
+    got = float(ds["component_bytes"].sel(phase="decode", component="moe"))
+    assert got == pytest.approx(40 * (router + latent + shared + routed), rel=1e-9)
