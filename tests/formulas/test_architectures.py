@@ -31,7 +31,10 @@ NEW = ["deepseek-r1", "kimi-k2", "minimax-m2", "qwen3-32b", "qwen3-next-80b-a3b"
        # DSA with IndexShare (index_layer_fraction)
        "glm-5.2",
        # configs verified against the Hub's etag or file size (the cards' notes)
-       "deepseek-r1-distill-llama-8b", "deepseek-r1-distill-qwen-32b", "olmoe-1b-7b"]
+       "deepseek-r1-distill-llama-8b", "deepseek-r1-distill-qwen-32b", "olmoe-1b-7b",
+       "olmo-2-13b", "phi-3-medium-4k", "falcon3-7b", "qwen2.5-3b", "qwen3-14b",
+       # LatentMoE hybrids
+       "nemotron-3-super-120b-a12b", "nemotron-3-ultra-550b-a55b"]
 ARCHITECTURE = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
                 "vocab_size", "n_experts", "top_k", "d_ff_expert", "n_shared_experts",
                 "n_dense_layers", "moe_layer_step", "kv_lora_rank", "q_lora_rank",
@@ -40,7 +43,7 @@ ARCHITECTURE = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_f
                 "expert_bias", "qk_norm", "qkv_bias", "tied_embeddings", "index_topk",
                 "index_n_heads", "index_head_dim", "mlp_free_layers", "linear_key_heads",
                 "linear_key_head_dim", "linear_value_head_dim", "linear_state_bits",
-                "index_layer_fraction")
+                "index_layer_fraction", "moe_latent_size")
 
 
 @pytest.mark.parametrize("name", NEW)
