@@ -115,21 +115,21 @@ BERT_BASE = {"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden
     (dict(LLAMA_2_7B_HF, hidden_size=1e12), "hidden_size", "value 1000000000000.0 is not valid"),
     (dict(LLAMA_2_7B_HF, num_hidden_layers="32"), "num_hidden_layers", "value '32' is not valid"),
     # issue 40: fields that change what a layer computes are refused, not ignored. As in
-    # nvidia/NVIDIA-Nemotron-3-Super-120B-A12B (experts in a latent width), a Mamba-2
-    # hybrid pattern without its Mamba shapes (Nemotron-H's are read: models/nemotron-h-56b),
+    # MiniMaxAI/MiniMax-M3 (dense layers wider than its experts), a Mamba-2 hybrid pattern
+    # without its Mamba shapes (Nemotron-H's are read: models/nemotron-h-56b),
     # nvidia/Llama-3_3-Nemotron-Super-49B-v1 (a shape per layer) and a layer type no
     # reader models
-    (dict(LLAMA_2_7B_HF, model_type="nemotron_h", moe_latent_size=1024), "moe_latent_size",
-     "the model has experts computed in a latent width of their own"),
+    (dict(LLAMA_2_7B_HF, model_type="minimax_m3", dense_intermediate_size=12288),
+     "dense_intermediate_size", "the model has dense layers wider than the experts'"),
     (dict(LLAMA_2_7B_HF, model_type="nemotron_h", hybrid_override_pattern="M-M-M*-M-M-"),
      "n_groups", "missing"),
     (dict(LLAMA_2_7B_HF, model_type="nemotron-nas", block_configs=[{"attention": {}}] * 32),
      "block_configs", "the model has a different attention and MLP shape in each layer"),
     (dict(LLAMA_2_7B_HF, layer_types=["full_attention", "mamba"] * 16), "layer_types",
      "layers of type mamba, which dse does not model"),
-    # google/gemma-4-31B-it: its global-attention layers have a head size of their own
-    (dict(LLAMA_2_7B_HF, model_type="gemma4_text", global_head_dim=512), "global_head_dim",
-     "the model has global-attention layers with a head size of their own"),
+    # google/gemma-4-E2B: per-layer input embeddings (its 26B and 31B siblings are read)
+    (dict(LLAMA_2_7B_HF, model_type="gemma4_text", hidden_size_per_layer_input=256),
+     "hidden_size_per_layer_input", "the model has per-layer input embeddings"),
 ])
 def test_a_config_dse_cannot_cost_is_refused_by_name(config, key, problem, tmp_path, capsys):
     # issue 36 row 12: a BertModel's config was costed as a decoder, and hidden_size 1e12

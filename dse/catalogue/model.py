@@ -30,10 +30,11 @@ _OPTIONAL_INT = ("n_kv_heads", "norms_per_layer", "head_dim", "learned_pos_rows"
                  "moe_layer_step", "linear_layers", "linear_key_heads", "linear_value_heads",
                  "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel",
                  "linear_state_bits", "index_topk", "index_n_heads", "index_head_dim",
-                 "mlp_free_layers", "moe_latent_size", "vision_layers", "vision_width", "vision_d_ff",
+                 "mlp_free_layers", "moe_latent_size", "global_head_dim", "global_kv_heads",
+                 "vision_layers", "vision_width", "vision_d_ff",
                  "vision_merge", "vision_mergers", "vision_patch_inputs", "vision_positions")
 _BOOL = ("tied_embeddings", "qkv_bias", "linear_bias", "qk_norm", "norm_bias",
-         "attention_sinks", "attention_output_gate", "expert_bias")
+         "attention_sinks", "attention_output_gate", "expert_bias", "global_kv_equal")
 _CHOICE = {"mlp": ("gated", "plain"), "norm": ("rmsnorm", "layernorm"),
            "position": ("rope", "learned", "alibi", "none"),
            # what a published active count includes: everything a token uses, or all but
@@ -119,6 +120,15 @@ class ModelCard:
             raise InputError(self.file, "head_dim",
                              f"missing and d_model = {f['d_model']} is not a multiple of "
                              f"n_heads = {n_heads}", "an explicit head_dim")
+        for key in ("global_head_dim", "global_kv_heads", "global_kv_equal"):
+            if f.get(key) and not f.get("sliding_window"):
+                raise InputError(self.file, key, "full-attention layers of shapes of their own "
+                                 "need sliding-window layers beside them (sliding_window)",
+                                 "sliding_window > 0, or no global_* keys")
+        g_kv = f.get("global_kv_heads")
+        if g_kv and n_heads % g_kv:
+            raise InputError(self.file, "global_kv_heads",
+                             f"{g_kv} does not divide n_heads = {n_heads}", "a divisor of n_heads")
         if f.get("n_experts", 0):
             for key in ("top_k", "d_ff_expert"):
                 if not f.get(key):
@@ -209,6 +219,9 @@ class ModelCard:
             index_head_dim=f.get("index_head_dim", 0),
             index_layer_fraction=f.get("index_layer_fraction", 1.0),
             moe_latent_size=f.get("moe_latent_size", 0),
+            global_head_dim=f.get("global_head_dim", 0),
+            global_kv_heads=f.get("global_kv_heads", 0),
+            global_kv_equal=float(f.get("global_kv_equal", False)),
             vision_layers=f.get("vision_layers", 0), vision_width=f.get("vision_width", 0),
             vision_d_ff=f.get("vision_d_ff", 0), vision_merge=f.get("vision_merge", 1),
             vision_mergers=f.get("vision_mergers", 0),
@@ -221,7 +234,8 @@ class ModelCard:
         """Whether tensor parallelism of degree ``tp`` can shard this model's heads."""
         f = self.fields
         n_kv = f.get("n_kv_heads", f["n_heads"])
-        return f["n_heads"] % tp == 0 and (n_kv % tp == 0 or tp % n_kv == 0)
+        g_kv = f.get("global_kv_heads") or n_kv
+        return f["n_heads"] % tp == 0 and all(k % tp == 0 or tp % k == 0 for k in (n_kv, g_kv))
 
 
 def model_features(cards) -> frozenset:
@@ -273,7 +287,7 @@ _HF_KEYS = {
     "vocab_size": ("vocab_size",),
     "max_seq_len": ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"),
     "n_experts": ("num_local_experts", "n_routed_experts", "num_experts"),
-    "top_k": ("num_experts_per_tok",),
+    "top_k": ("num_experts_per_tok", "top_k_experts"),
     "d_ff_expert": ("moe_intermediate_size",),
     "n_shared_experts": ("n_shared_experts",),
     "n_dense_layers": ("first_k_dense_replace",),
@@ -332,11 +346,41 @@ def _hf_layer_pattern(config: Mapping[str, Any], model_type: str, out: dict) -> 
     if model_type in {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text", "qwen3_5_moe",
                       "qwen3_5", "qwen3_5_text", "qwen3_vl_text", "qwen3_vl_moe_text"}:
         extra["qk_norm"] = True  # per-head RMSNorm on q and k (every Qwen3 decoder)
+    if model_type in {"gemma3_text", "gemma4_text"}:
+        extra["qk_norm"] = True  # per-head RMSNorm on q and k
+    if model_type == "gemma4_text":
+        extra.update(_hf_gemma4(config, out))
     if model_type in {"olmoe", "olmo2"}:
         # RMSNorm on the whole q and k projections (HF OlmoeAttention q_norm, k_norm):
         # elementwise as dse's per-head norm; their d_model-wide weights are 2 (d_model -
         # head_dim) per layer more than dse counts (OLMoE-1B-7B: 61,440 of 6.9B)
         extra["qk_norm"] = True
+    return extra
+
+
+def _hf_gemma4(config: Mapping[str, Any], out: dict) -> dict:
+    """Gemma 4 (HF Gemma4TextModel): sliding-window layers of head_dim and
+    num_key_value_heads beside full-attention ones of global_head_dim and
+    num_global_key_value_heads whose keys serve as values (attention_k_eq_v); sandwich
+    norms (4 per layer); with enable_moe_block, every layer runs its dense MLP
+    (intermediate_size) beside the routed experts and sums them, which dse reads as shared
+    experts of the experts' width (26B-A4B: 2112 = 3 x 704), and 3 more norms."""
+    extra: dict[str, Any] = {"activation": str(config.get("hidden_activation", "gelu_pytorch_tanh")),
+                             "norms_per_layer": 4}
+    for key, card_key in (("global_head_dim", "global_head_dim"),
+                          ("num_global_key_value_heads", "global_kv_heads")):
+        value = config.get(key)
+        if value not in (None, 0):
+            extra[card_key] = value
+    if config.get("attention_k_eq_v"):
+        extra["global_kv_equal"] = True
+    if config.get("enable_moe_block"):
+        ff, width = out.get("d_ff"), out.get("d_ff_expert")
+        if not out.get("n_experts") or not width or ff % width:
+            raise InputError(out["source"], "enable_moe_block", f"a dense MLP of {ff} beside "
+                             f"experts of {width}, which dse cannot read as shared experts",
+                             "intermediate_size a multiple of moe_intermediate_size")
+        extra.update(n_shared_experts=ff // width, norms_per_layer=7)
     return extra
 
 
@@ -444,9 +488,9 @@ _UNMODELLED_KEYS = {
     "hybrid_layer_pattern": "sliding-window layers with head counts of their own (MiMo-V2)",
     "attention_other_setting": "sliding-window layers with head counts of their own "
                                "(Step-3.7)",
-    "global_head_dim": "global-attention layers with a head size of their own (Gemma 4)",
-    "num_global_key_value_heads": "global-attention layers with KV heads of their own "
-                                  "(Gemma 4)",
+    "hidden_size_per_layer_input": "per-layer input embeddings (Gemma 4 E2B/E4B's PLE)",
+    "num_kv_shared_layers": "layers that reuse another layer's KV cache (Gemma 4 E2B/E4B)",
+    "use_double_wide_mlp": "MLPs twice as wide on the KV-shared layers (Gemma 4 E2B)",
     "dense_intermediate_size": "dense layers wider than the experts' intermediate_size "
                                "(MiniMax-M3)",
     "sparse_attention_config": "a sparse attention (MiniMax-M3's) other than DeepSeek's DSA",

@@ -84,6 +84,8 @@ def _divides(a, b):
 
 def _tp_ok(m: ModelSpec, tp):
     kv_ok = _divides(tp, m.n_kv_heads) | _divides(m.n_kv_heads, tp)
+    g = m.global_kv_heads  # full-attention layers' own KV heads (Gemma 4), where given
+    kv_ok = kv_ok & ((g == 0.0) | _divides(tp, g) | _divides(g, tp))
     moe_ok = (m.n_experts == 0.0) | _divides(tp, m.d_ff_expert)
     return _divides(tp, m.n_heads) & kv_ok & _divides(tp, m.d_ff) & moe_ok
 

@@ -59,7 +59,7 @@ def kv_bytes_per_token(m: ModelSpec, s: Shard, kv_bits, mla: bool):
     the index key, both replicated over tensor parallelism; the index key is FP8
     whatever ``kv_bits``, and only layers that run their own indexer keep one: the
     average layer's share, index_layer_fraction)."""
-    standard = s.kv_heads * 2.0 * m.head_dim * kv_bits / 8.0
+    standard = s.kv_heads * params.kv_matrices(m) * m.head_dim * kv_bits / 8.0
     if not mla:
         return standard
     latent = ((m.kv_lora_rank + m.qk_rope_head_dim) * kv_bits / 8.0
@@ -78,9 +78,10 @@ def _standard(m: ModelSpec, s: Shard, p: Precision, ps: Pass, window, flash) -> 
     t, d, hd, a = ps.tokens, m.d_model, m.head_dim, p.act_bits
     bias = jnp.maximum(m.qkv_bias, m.linear_bias)
     q_heads = s.heads * (1.0 + m.attention_output_gate)  # gated attention: q and its gate
-    qkv = op.matmul(t, d, (q_heads + 2.0 * s.kv_heads) * hd, p.weight_bits, a, bias)
+    kv = params.kv_matrices(m)  # K and V, or keys that serve as values (Gemma 4 global)
+    qkv = op.matmul(t, d, (q_heads + kv * s.kv_heads) * hd, p.weight_bits, a, bias)
     o_proj = op.matmul(t, s.heads * hd, d, p.weight_bits, a, m.linear_bias)
-    per_token_kv = s.kv_heads * 2.0 * hd
+    per_token_kv = s.kv_heads * kv * hd
 
     def core(x):
         prior = ps.prior(x)

@@ -84,7 +84,11 @@ def cache_bytes_per_layer(m: ModelSpec, s: Shard, p: Precision, seqs, length, ml
     attention layer keeps, and on the linear-attention share of a hybrid model a constant
     recurrent state."""
     f = params.linear_fraction(m)
-    kv = cached_tokens(m, length) * kv_bytes_per_token(m, s, p.kv_bits, mla)
+    windowed = kv_bytes_per_token(m, s, p.kv_bits, mla)
+    # full-attention layers of shapes of their own (Gemma 4) keep every token at theirs
+    extra = kv_bytes_per_token(*params.global_view(m, s), p.kv_bits, mla) - windowed
+    kv = (cached_tokens(m, length) * windowed
+          + (1.0 - params.window_fraction(m)) * length * extra)
     return seqs * ((1.0 - f) * kv + f * linear_state_bytes(m, s, p))
 
 
@@ -99,7 +103,10 @@ def kv_bytes_per_cached_token(m: ModelSpec, s: Shard, p: Precision, pp, mla: boo
     """Bytes one more cached token costs a device of the heaviest stage (the attention
     layers' K and V; a recurrent state does not grow)."""
     n_stage, _, _ = stage_layers(m, pp)
-    return n_stage * (1.0 - params.linear_fraction(m)) * kv_bytes_per_token(m, s, p.kv_bits, mla)
+    windowed = kv_bytes_per_token(m, s, p.kv_bits, mla)
+    extra = kv_bytes_per_token(*params.global_view(m, s), p.kv_bits, mla) - windowed
+    per_layer = windowed + (1.0 - params.window_fraction(m)) * extra
+    return n_stage * (1.0 - params.linear_fraction(m)) * per_layer
 
 
 def activation_bytes(m: ModelSpec, s: Shard, p: Precision, par: Parallel, seqs, new, context,

@@ -14,6 +14,7 @@ n_kv_heads < tp (each device then holds one kv head). Norms are replicated.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import numpy as np
@@ -29,6 +30,30 @@ def _xp():
 
         return jnp
     return np
+
+
+def window_fraction(m: ModelSpec):
+    """The share of the attention layers that attend within the sliding window."""
+    return _xp().where(m.sliding_window > 0.0, m.sliding_window_layers, 0.0)
+
+
+def global_view(m: ModelSpec, s: Shard) -> tuple[ModelSpec, Shard]:
+    """The model and shard of its full-attention layers where they have shapes of their
+    own (Gemma 4: global_head_dim 512 against 256, global_kv_heads, keys as values,
+    attention_k_eq_v); ``m`` and ``s`` themselves for every other model, value for value."""
+    xp = _xp()
+    on = m.global_kv_heads > 0.0
+    kv = xp.where(on, m.global_kv_heads, m.n_kv_heads)
+    tp = shard_degree(m, s)
+    mg = dataclasses.replace(m, head_dim=xp.where(m.global_head_dim > 0.0, m.global_head_dim,
+                                                  m.head_dim),
+                             n_kv_heads=kv, kv_equal=m.global_kv_equal)
+    return mg, s._replace(kv_heads=xp.where(on, xp.maximum(kv / tp, 1.0), s.kv_heads))
+
+
+def kv_matrices(m: ModelSpec):
+    """K and V (2), or keys that serve as values (1: Gemma 4's global layers)."""
+    return 2.0 - m.kv_equal
 
 
 def shard(m: ModelSpec, tp) -> Shard:
@@ -95,7 +120,7 @@ def full_attention_params(m: ModelSpec, s: Shard):
     """
     xp = _xp()
     d, hd = m.d_model, m.head_dim
-    qkv_width = (s.heads * (1.0 + m.attention_output_gate) + 2.0 * s.kv_heads) * hd
+    qkv_width = (s.heads * (1.0 + m.attention_output_gate) + kv_matrices(m) * s.kv_heads) * hd
     bias = xp.maximum(m.qkv_bias, m.linear_bias) * qkv_width + m.linear_bias * d
     standard = (d * qkv_width + s.heads * hd * d + bias + 2.0 * hd * m.qk_norm
                 + s.heads * m.attention_sinks)
@@ -110,11 +135,16 @@ def full_attention_params(m: ModelSpec, s: Shard):
 
 
 def attention_params(m: ModelSpec, s: Shard):
-    """The token mixer of a layer, averaged over the layers: full attention, or in a
-    hybrid model (linear_layers > 0) linear attention on that share of the layers."""
+    """The token mixer of a layer, averaged over the layers: full attention (its global
+    layers priced at their own shapes, :func:`global_view`), or in a hybrid model
+    (linear_layers > 0) linear attention on that share of the layers."""
     f = linear_fraction(m)
     tp = shard_degree(m, s)
-    return (1.0 - f) * full_attention_params(m, s) + f * linear_attention_params(m, tp)
+    windowed = full_attention_params(m, s)
+    # full-attention layers of shapes of their own (Gemma 4): their share of the difference
+    full = windowed + (1.0 - window_fraction(m)) * (full_attention_params(*global_view(m, s))
+                                                    - windowed)
+    return (1.0 - f) * full + f * linear_attention_params(m, tp)
 
 
 def dense_mlp_share(m: ModelSpec):

@@ -117,7 +117,8 @@ def layer_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, pa
     sparse = mla and "sparse" in features  # DSA: a lightning indexer and a top-k cap
     flat, rates = rates, shaped(rates, t)  # every dense matmul of the layer has t rows
     # the layer's operators by group, priced together (parts.priced: one surface lookup)
-    full = attention_costs(m, s, p, ps, 0.0, o.flash, mla, sparse)
+    # the full-attention layers at their own shapes where they have them (Gemma 4)
+    full = attention_costs(*params.global_view(m, s), p, ps, 0.0, o.flash, mla, sparse)
     groups = {("full", n): [(c, rates) for c in cs] for n, cs in full.fixed.items()}
     if sparse:
         index = indexer_costs(m, p, ps)

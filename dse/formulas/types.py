@@ -98,6 +98,14 @@ class ModelSpec:
     # LatentMoE (Nemotron-3 Super, Ultra): the routed experts read and write tokens of
     # this width, projected from and back to d_model once per layer (0: d_model)
     moe_latent_size: Any = 0.0
+    # Full-attention layers with shapes of their own beside sliding-window ones (Gemma 4):
+    # their head dim and KV heads (0: head_dim, n_kv_heads), and whether their keys serve
+    # as values (one projection, one cached tensor); kv_equal is that switch on the layer
+    # being priced (dse.formulas.params.global_view sets it)
+    global_head_dim: Any = 0.0
+    global_kv_heads: Any = 0.0
+    global_kv_equal: Any = 0.0
+    kv_equal: Any = 0.0
 
     def astype(self, dtype) -> "ModelSpec":
         return pytrees.astype(self, dtype)

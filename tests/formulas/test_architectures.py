@@ -32,9 +32,12 @@ NEW = ["deepseek-r1", "kimi-k2", "minimax-m2", "qwen3-32b", "qwen3-next-80b-a3b"
        "glm-5.2",
        # configs verified against the Hub's etag or file size (the cards' notes)
        "deepseek-r1-distill-llama-8b", "deepseek-r1-distill-qwen-32b", "olmoe-1b-7b",
-       "olmo-2-13b", "phi-3-medium-4k", "falcon3-7b", "qwen2.5-3b", "qwen3-14b",
+       "olmo-2-13b", "phi-3-medium-4k", "falcon3-7b", "qwen2.5-3b", "qwen3-14b", "gpt2",
+       "gpt2-large", "gpt2-xl", "mistral-7b-v0.3", "qwen3-4b",
        # LatentMoE hybrids
-       "nemotron-3-super-120b-a12b", "nemotron-3-ultra-550b-a55b"]
+       "nemotron-3-super-120b-a12b", "nemotron-3-ultra-550b-a55b",
+       # full-attention layers of shapes of their own (global_*)
+       "gemma-4-26b-a4b", "gemma-4-31b"]
 ARCHITECTURE = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
                 "vocab_size", "n_experts", "top_k", "d_ff_expert", "n_shared_experts",
                 "n_dense_layers", "moe_layer_step", "kv_lora_rank", "q_lora_rank",
@@ -43,7 +46,8 @@ ARCHITECTURE = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_f
                 "expert_bias", "qk_norm", "qkv_bias", "tied_embeddings", "index_topk",
                 "index_n_heads", "index_head_dim", "mlp_free_layers", "linear_key_heads",
                 "linear_key_head_dim", "linear_value_head_dim", "linear_state_bits",
-                "index_layer_fraction", "moe_latent_size")
+                "index_layer_fraction", "moe_latent_size", "global_head_dim",
+                "global_kv_heads", "global_kv_equal", "norms_per_layer")
 
 
 @pytest.mark.parametrize("name", NEW)
@@ -88,7 +92,9 @@ def test_exact_counts_where_the_checkpoint_gives_them():
     gpt-oss-120b 116,829,156,672 and -20b 20,914,757,184 (the model card's 116.83B and
     20.91B), Qwen3-32B 32,762,123,264, Kimi-K2 1,026,408,232,448, MiniMax-M2
     228,689,764,864, DeepSeek-R1-Distill-Llama-8B 8,030,261,248 and -Qwen-32B
-    32,763,876,352 (the Hub API's safetensors totals); Qwen3-Next-80B-A3B 81,324,862,720 less its 1,650,471,424-parameter
+    32,763,876,352 (the Hub API's safetensors totals); GPT-2 124,439,808, -large
+    774,030,080, -xl 1,557,611,200 and Qwen3-4B 4,022,468,096 (keras-hub presets' params);
+    Qwen3-Next-80B-A3B 81,324,862,720 less its 1,650,471,424-parameter
     MTP module (mtp.* tensors); Llama-4-Maverick 401,583,781,376 less the 871,932,416 of
     its vision encoder."""
     exact = {"gpt-oss-120b": 116_829_156_672, "gpt-oss-20b": 20_914_757_184,
@@ -96,11 +102,32 @@ def test_exact_counts_where_the_checkpoint_gives_them():
              "minimax-m2": 228_689_764_864,
              "deepseek-r1-distill-llama-8b": 8_030_261_248,  # the Hub API's safetensors total
              "deepseek-r1-distill-qwen-32b": 32_763_876_352,
+             # keras-hub presets' parameter counts
+             "gpt2": 124_439_808, "gpt2-large": 774_030_080, "gpt2-xl": 1_557_611_200,
+             "qwen3-4b": 4_022_468_096,
              "qwen3-next-80b-a3b": 81_324_862_720 - 1_650_471_424,
              "llama-4-maverick": 401_583_781_376 - 871_932_416}
     _, totals, _ = _counts(list(exact))
     for (name, n_exact), n in zip(exact.items(), totals):
         assert n == pytest.approx(n_exact, rel=1e-5), name  # MiniMax q/k norms are per layer
+
+
+def test_gemma_4_31b_by_hand():
+    """Gemma 4 31B from its config (D 5376, vocab 262144 tied, 60 layers, 50 windowed and
+    10 global): embedding 262144 x 5376 = 1,409,286,144; a windowed layer's attention, q
+    and o 5376 x 32 x 256 each, k and v 16 heads of 256 (the same size together), 3 x
+    44,040,192 + q/k norms 2 x 256 = 132,121,088; a global layer's q and o 5376 x 32 x 512 each, one K of 4 heads of 512
+    serving as V (5376 x 2048) + norms 2 x 512 = 187,171,840; the GeGLU MLP 3 x 5376 x
+    21504 = 346,816,512; 4 norms a layer and the final one: 30,697,345,280 (the card's
+    '30.7B')."""
+    d = 5376
+    windowed = 3 * d * 32 * 256 + 2 * 256
+    full = 2 * d * 32 * 512 + d * 4 * 512 + 2 * 512
+    mlp = 3 * d * 21504
+    by_hand = 262144 * d + 50 * windowed + 10 * full + 60 * (mlp + 4 * d) + d
+    assert (windowed, full, by_hand) == (132_121_088, 187_171_840, 30_697_345_280)
+    _, totals, _ = _counts(["gemma-4-31b"])
+    assert totals[0] == pytest.approx(by_hand, rel=1e-7)  # float32 sums outside x64
 
 
 def test_active_counts_under_each_sources_convention():
@@ -137,12 +164,12 @@ def test_hand_written_cards_against_the_papers_counts(name, embedding, non_embed
 
 
 KV_MODELS = ("qwen3-32b", "deepseek-r1", "gpt-oss-120b", "qwen3-next-80b-a3b", "glm-5",
-             "glm-5.2")
+             "glm-5.2", "gemma-4-31b")
 
 
 @pytest.fixture(scope="module")
 def kv_sweep():
-    """One sweep: the six models at 62,000 and 126,000 prompt tokens, 16-bit cache."""
+    """One sweep: the seven models at 62,000 and 126,000 prompt tokens, 16-bit cache."""
     return sweep_text(f"""
 [study]
 dtype = "float64"
@@ -179,7 +206,11 @@ def test_kv_bytes_per_token_by_hand(kv_sweep):
       128 B FP8 index key + its 4 B scale) = 78 x 1,284 B = 100,152 B: the top-k
       selection saves reads, not cache;
     - the same with IndexShare, GLM-5.2: the latent on all 78 layers, the index key only
-      on the 21 that run an indexer: 78 x 1,152 + 21 x 132 = 92,628 B."""
+      on the 21 that run an indexer: 78 x 1,152 + 21 x 132 = 92,628 B;
+    - global layers of their own shape beside windowed ones, Gemma 4 31B: only the 10
+      full-attention layers grow past the 1,024-token window, each caching 4 KV heads of
+      512 whose keys serve as values, 10 x 4 x 512 x 2 B = 40,960 B; the 50 windowed
+      layers (16 KV heads of 256, K and V) hold 1,024 tokens each: 50 x 1,024 x 16,384 B."""
     assert _kv_per_token(kv_sweep, "qwen3-32b")[0] == pytest.approx(262_144, rel=1e-9)
     assert _kv_per_token(kv_sweep, "deepseek-r1")[0] == pytest.approx(70_272, rel=1e-9)
     per_token, short = _kv_per_token(kv_sweep, "gpt-oss-120b")
@@ -190,6 +221,9 @@ def test_kv_bytes_per_token_by_hand(kv_sweep):
     assert short == pytest.approx(62_002 * 24_576 + 36 * 1_097_728, rel=1e-9)
     assert _kv_per_token(kv_sweep, "glm-5")[0] == pytest.approx(100_152, rel=1e-9)
     assert _kv_per_token(kv_sweep, "glm-5.2")[0] == pytest.approx(92_628, rel=1e-9)
+    per_token, short = _kv_per_token(kv_sweep, "gemma-4-31b")
+    assert per_token == pytest.approx(40_960, rel=1e-9)
+    assert short == pytest.approx(62_002 * 40_960 + 50 * 1_024 * 16_384, rel=1e-9)
 
 
 def test_a_hybrid_decode_step_reads_a_constant_state(kv_sweep):
