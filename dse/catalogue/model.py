@@ -310,6 +310,22 @@ def _hf_layer_pattern(config: Mapping[str, Any], model_type: str, out: dict) -> 
     classic keys: MoE placement and widths, shared experts, linear-attention layers,
     attention sinks and output gates, expert biases."""
     extra: dict[str, Any] = {}
+    freq = config.get("moe_layer_freq")
+    if isinstance(freq, list) and out.get("n_experts"):
+        # 0 dense, 1 MoE per layer (MiMo-V2-Flash): dense layers first, as dse models them
+        dense = next((i for i, v in enumerate(freq) if v != 0), len(freq))
+        if (len(freq) != out["n_layers"] or any(v not in (0, 1) for v in freq)
+                or any(v != 1 for v in freq[dense:])):
+            raise InputError(out["source"], "moe_layer_freq", f"value {freq!r} places MoE "
+                             "layers as dse does not model them", f"{out['n_layers']} "
+                             "entries of 0 (dense) then 1 (MoE)")
+        first = out.get("n_dense_layers")
+        if first is not None and first != dense:
+            raise InputError(out["source"], "moe_layer_freq", f"{dense} leading dense layers "
+                             f"against first_k_dense_replace {first}", "the same count")
+        extra["n_dense_layers"] = dense
+    if config.get("hybrid_layer_pattern") is not None:
+        extra.update(_hf_swa_pattern(config, out))
     step = config.get("interleave_moe_layer_step", config.get("decoder_sparse_step"))
     if isinstance(step, int) and step > 1:
         extra["moe_layer_step"] = step
@@ -346,6 +362,8 @@ def _hf_layer_pattern(config: Mapping[str, Any], model_type: str, out: dict) -> 
     if model_type in {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text", "qwen3_5_moe",
                       "qwen3_5", "qwen3_5_text", "qwen3_vl_text", "qwen3_vl_moe_text"}:
         extra["qk_norm"] = True  # per-head RMSNorm on q and k (every Qwen3 decoder)
+    if model_type in {"gemma2", "gemma3_text"}:
+        extra.update(_hf_gemma(config, model_type, out))
     if model_type in {"gemma3_text", "gemma4_text"}:
         extra["qk_norm"] = True  # per-head RMSNorm on q and k
     if model_type == "gemma4_text":
@@ -355,6 +373,52 @@ def _hf_layer_pattern(config: Mapping[str, Any], model_type: str, out: dict) -> 
         # elementwise as dse's per-head norm; their d_model-wide weights are 2 (d_model -
         # head_dim) per layer more than dse counts (OLMoE-1B-7B: 61,440 of 6.9B)
         extra["qk_norm"] = True
+    return extra
+
+
+def _hf_swa_pattern(config: Mapping[str, Any], out: dict) -> dict:
+    """MiMo-V2-Flash's hybrid_layer_pattern (0 full attention, 1 sliding window) with
+    sliding-window layers of KV heads of their own (swa_num_key_value_heads): dse's
+    windowed layers take the swa_* shapes and its full ones num_key_value_heads
+    (global_kv_heads); query heads and head sizes must agree between the two kinds."""
+    pattern, n, file = config["hybrid_layer_pattern"], out["n_layers"], out["source"]
+    if (not isinstance(pattern, list) or len(pattern) != n
+            or any(v not in (0, 1) for v in pattern)):
+        raise InputError(file, "hybrid_layer_pattern", f"value {str(pattern)[:60]!r} is not "
+                         "read", f"a list of {n} entries, 0 (full attention) or 1 (sliding "
+                         "window)")
+    for key, same in (("swa_num_attention_heads", "num_attention_heads"),
+                      ("swa_head_dim", "head_dim"), ("swa_v_head_dim", "v_head_dim")):
+        if config.get(key) is not None and config.get(key) != config.get(same):
+            raise InputError(file, key, f"{config[key]} against {same} {config.get(same)}: "
+                             "sliding-window layers with query heads or head sizes of their "
+                             "own, which dse does not model", f"{same}'s value")
+    extra: dict[str, Any] = {"sliding_window_layers": sum(pattern) / n}
+    swa_kv = config.get("swa_num_key_value_heads")
+    if isinstance(swa_kv, int) and swa_kv > 0 and swa_kv != out.get("n_kv_heads"):
+        extra.update(n_kv_heads=swa_kv, global_kv_heads=out.get("n_kv_heads"))
+    if config.get("add_swa_attention_sink_bias") or config.get("add_full_attention_sink_bias"):
+        extra["attention_sinks"] = True  # a logit per head (its few weights on every layer)
+    return extra
+
+
+def _hf_gemma(config: Mapping[str, Any], model_type: str, out: dict) -> dict:
+    """Gemma 2 and 3 (HF Gemma2Model, Gemma3TextModel): sandwich norms (4 per layer),
+    GeGLU, and sliding-window layers where the config has no layer_types list: Gemma 2's
+    alternate with global ones (every other layer), Gemma 3's come five in six
+    (sliding_window_pattern 6: every sixth layer global). Logit soft-capping and
+    query_pre_attn_scalar are elementwise and not costed."""
+    extra: dict[str, Any] = {"activation": str(config.get("hidden_activation",
+                                                          "gelu_pytorch_tanh")),
+                             "norms_per_layer": 4}
+    if not isinstance(config.get("layer_types"), list) and config.get("sliding_window"):
+        if model_type == "gemma2":
+            extra["sliding_window_layers"] = 0.5
+        else:
+            pattern = config.get("sliding_window_pattern", 6)
+            n = out["n_layers"]
+            extra["sliding_window_layers"] = sum(1 for i in range(n)
+                                                 if (i + 1) % pattern) / n
     return extra
 
 
@@ -485,7 +549,6 @@ _ENCODER_TYPES = frozenset({
 _UNMODELLED_KEYS = {
     "block_configs": "a different attention and MLP shape in each layer (Llama-Nemotron "
                      "NAS models)",
-    "hybrid_layer_pattern": "sliding-window layers with head counts of their own (MiMo-V2)",
     "attention_other_setting": "sliding-window layers with head counts of their own "
                                "(Step-3.7)",
     "hidden_size_per_layer_input": "per-layer input embeddings (Gemma 4 E2B/E4B's PLE)",
@@ -635,7 +698,8 @@ def card_from_hf_config(config: Mapping[str, Any], file: str, name: str,
                     "moe_latent_size"):
             out.pop(key, None)
     out["tied_embeddings"] = bool(config.get("tie_word_embeddings",
-                                             model_type in _LEARNED_POS_TYPES))
+                                             model_type in _LEARNED_POS_TYPES
+                                             or model_type.startswith("gemma")))
     out["mlp"] = "plain" if model_type in _PLAIN_MLP_TYPES else "gated"
     out["norm"] = "layernorm" if model_type in _LAYERNORM_TYPES else "rmsnorm"
     if model_type in _LEARNED_POS_TYPES:

@@ -59,7 +59,7 @@ def kv_bytes_per_token(m: ModelSpec, s: Shard, kv_bits, mla: bool):
     the index key, both replicated over tensor parallelism; the index key is FP8
     whatever ``kv_bits``, and only layers that run their own indexer keep one: the
     average layer's share, index_layer_fraction)."""
-    standard = s.kv_heads * params.kv_matrices(m) * m.head_dim * kv_bits / 8.0
+    standard = s.kv_heads * params.kv_width(m) * kv_bits / 8.0
     if not mla:
         return standard
     latent = ((m.kv_lora_rank + m.qk_rope_head_dim) * kv_bits / 8.0
@@ -78,10 +78,11 @@ def _standard(m: ModelSpec, s: Shard, p: Precision, ps: Pass, window, flash) -> 
     t, d, hd, a = ps.tokens, m.d_model, m.head_dim, p.act_bits
     bias = jnp.maximum(m.qkv_bias, m.linear_bias)
     q_heads = s.heads * (1.0 + m.attention_output_gate)  # gated attention: q and its gate
-    kv = params.kv_matrices(m)  # K and V, or keys that serve as values (Gemma 4 global)
-    qkv = op.matmul(t, d, (q_heads + kv * s.kv_heads) * hd, p.weight_bits, a, bias)
-    o_proj = op.matmul(t, s.heads * hd, d, p.weight_bits, a, m.linear_bias)
-    per_token_kv = s.kv_heads * kv * hd
+    vd = params.value_dim(m)  # head_dim, or values of their own size (MiMo-V2-Flash)
+    # K and V per KV head, or keys that serve as values (Gemma 4's global layers)
+    per_token_kv = s.kv_heads * params.kv_width(m)
+    qkv = op.matmul(t, d, q_heads * hd + per_token_kv, p.weight_bits, a, bias)
+    o_proj = op.matmul(t, s.heads * vd, d, p.weight_bits, a, m.linear_bias)
 
     def core(x):
         prior = ps.prior(x)
@@ -91,7 +92,7 @@ def _standard(m: ModelSpec, s: Shard, p: Precision, ps: Pass, window, flash) -> 
         else:
             new_bytes = ps.new * per_token_kv * a / 8.0
             cached = jnp.where(window > 0.0, jnp.minimum(prior, window), prior)
-        return op.attention(ps.seqs, s.heads, pairs, hd, hd, ps.new, new_bytes,
+        return op.attention(ps.seqs, s.heads, pairs, hd, vd, ps.new, new_bytes,
                             cached * per_token_kv * p.kv_bits / 8.0, a, flash)
 
     write = op.memory_write(t * per_token_kv * p.kv_bits / 8.0)

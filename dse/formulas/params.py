@@ -51,9 +51,17 @@ def global_view(m: ModelSpec, s: Shard) -> tuple[ModelSpec, Shard]:
     return mg, s._replace(kv_heads=xp.where(on, xp.maximum(kv / tp, 1.0), s.kv_heads))
 
 
-def kv_matrices(m: ModelSpec):
-    """K and V (2), or keys that serve as values (1: Gemma 4's global layers)."""
-    return 2.0 - m.kv_equal
+def value_dim(m: ModelSpec):
+    """The value head size of standard attention: head_dim, or its own v_head_dim
+    (MiMo-V2-Flash: keys of 192, values of 128). MLA reads v_head_dim on its own path."""
+    return _xp().where((m.v_head_dim > 0.0) & (m.kv_lora_rank <= 0.0), m.v_head_dim,
+                       m.head_dim)
+
+
+def kv_width(m: ModelSpec):
+    """What one KV head projects and caches per token: a key and a value, or (Gemma 4's
+    global layers) keys that serve as values."""
+    return m.head_dim + (1.0 - m.kv_equal) * value_dim(m)
 
 
 def shard(m: ModelSpec, tp) -> Shard:
@@ -120,9 +128,9 @@ def full_attention_params(m: ModelSpec, s: Shard):
     """
     xp = _xp()
     d, hd = m.d_model, m.head_dim
-    qkv_width = (s.heads * (1.0 + m.attention_output_gate) + kv_matrices(m) * s.kv_heads) * hd
+    qkv_width = s.heads * (1.0 + m.attention_output_gate) * hd + s.kv_heads * kv_width(m)
     bias = xp.maximum(m.qkv_bias, m.linear_bias) * qkv_width + m.linear_bias * d
-    standard = (d * qkv_width + s.heads * hd * d + bias + 2.0 * hd * m.qk_norm
+    standard = (d * qkv_width + s.heads * value_dim(m) * d + bias + 2.0 * hd * m.qk_norm
                 + s.heads * m.attention_sinks)
     qk = m.qk_nope_head_dim + m.qk_rope_head_dim
     q = xp.where(m.q_lora_rank > 0.0,

@@ -574,14 +574,16 @@ def model_flops_per_token(m: ModelSpec, seq_len):
     pairs = (1.0 - f) * full + f * windowed
     qk = m.qk_nope_head_dim + m.qk_rope_head_dim
     width = jnp.where(m.kv_lora_rank > 0.0, m.n_heads * (qk + m.v_head_dim),
-                      2.0 * m.n_heads * m.head_dim)
+                      m.n_heads * (m.head_dim + params.value_dim(m)))
     # full-attention layers of a head size of their own (Gemma 4) over the full pairs
-    wider = 2.0 * m.n_heads * (params.global_view(m, params.whole(m))[0].head_dim - m.head_dim)
+    mg = params.global_view(m, params.whole(m))[0]
+    wider = m.n_heads * (mg.head_dim + params.value_dim(mg) - m.head_dim - params.value_dim(m))
     # a hybrid model's linear-attention layers: the delta rule's ~7 dk dv per value head
     # and token (formulas.attention.linear_attention_costs), no pairs
     f_lin = params.linear_fraction(m)
     recurrence = 7.0 * m.linear_value_heads * m.linear_key_head_dim * m.linear_value_head_dim
-    softmax = 2.0 * (width * pairs + (1.0 - f) * full * wider)
+    softmax = 2.0 * (width * pairs + (1.0 - f) * full * jnp.where(m.kv_lora_rank > 0.0, 0.0,
+                                                                   wider))
     attention = m.n_layers * ((1.0 - f_lin) * softmax + f_lin * recurrence)
     return 6.0 * n_mm + 3.0 * attention
 

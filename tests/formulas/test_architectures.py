@@ -33,11 +33,14 @@ NEW = ["deepseek-r1", "kimi-k2", "minimax-m2", "qwen3-32b", "qwen3-next-80b-a3b"
        # configs verified against the Hub's etag or file size (the cards' notes)
        "deepseek-r1-distill-llama-8b", "deepseek-r1-distill-qwen-32b", "olmoe-1b-7b",
        "olmo-2-13b", "phi-3-medium-4k", "falcon3-7b", "qwen2.5-3b", "qwen3-14b", "gpt2",
-       "gpt2-large", "gpt2-xl", "mistral-7b-v0.3", "qwen3-4b",
+       "gpt2-large", "gpt2-xl", "mistral-7b-v0.3", "qwen3-4b", "gemma-2-2b", "gemma-2-27b",
+       "gemma-3-1b", "gemma-3-4b", "gemma-3-12b", "gpt2-medium", "phi-3.5-mini",
+       "qwen1.5-moe-a2.7b", "qwen2.5-coder-32b", "deepseek-r1-distill-qwen-7b",
+       "deepseek-r1-distill-qwen-1.5b", "deepseek-r1-distill-qwen-14b",
        # LatentMoE hybrids
        "nemotron-3-super-120b-a12b", "nemotron-3-ultra-550b-a55b",
        # full-attention layers of shapes of their own (global_*)
-       "gemma-4-26b-a4b", "gemma-4-31b"]
+       "gemma-4-26b-a4b", "gemma-4-31b", "mimo-v2-flash"]
 ARCHITECTURE = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
                 "vocab_size", "n_experts", "top_k", "d_ff_expert", "n_shared_experts",
                 "n_dense_layers", "moe_layer_step", "kv_lora_rank", "q_lora_rank",
@@ -93,7 +96,9 @@ def test_exact_counts_where_the_checkpoint_gives_them():
     20.91B), Qwen3-32B 32,762,123,264, Kimi-K2 1,026,408,232,448, MiniMax-M2
     228,689,764,864, DeepSeek-R1-Distill-Llama-8B 8,030,261,248 and -Qwen-32B
     32,763,876,352 (the Hub API's safetensors totals); GPT-2 124,439,808, -large
-    774,030,080, -xl 1,557,611,200 and Qwen3-4B 4,022,468,096 (keras-hub presets' params);
+    774,030,080, -xl 1,557,611,200, -medium 354,823,168, Qwen3-4B 4,022,468,096, Gemma 2 2B
+    2,614,341,888 and 27B 27,227,128,320, Gemma 3 1B 999,885,952 and Qwen2.5-Coder-32B
+    32,763,876,352 (keras-hub presets' params);
     Qwen3-Next-80B-A3B 81,324,862,720 less its 1,650,471,424-parameter
     MTP module (mtp.* tensors); Llama-4-Maverick 401,583,781,376 less the 871,932,416 of
     its vision encoder."""
@@ -104,7 +109,9 @@ def test_exact_counts_where_the_checkpoint_gives_them():
              "deepseek-r1-distill-qwen-32b": 32_763_876_352,
              # keras-hub presets' parameter counts
              "gpt2": 124_439_808, "gpt2-large": 774_030_080, "gpt2-xl": 1_557_611_200,
-             "qwen3-4b": 4_022_468_096,
+             "qwen3-4b": 4_022_468_096, "gemma-2-2b": 2_614_341_888,
+             "gemma-2-27b": 27_227_128_320, "gemma-3-1b": 999_885_952,
+             "gpt2-medium": 354_823_168, "qwen2.5-coder-32b": 32_763_876_352,
              "qwen3-next-80b-a3b": 81_324_862_720 - 1_650_471_424,
              "llama-4-maverick": 401_583_781_376 - 871_932_416}
     _, totals, _ = _counts(list(exact))
@@ -128,6 +135,22 @@ def test_gemma_4_31b_by_hand():
     assert (windowed, full, by_hand) == (132_121_088, 187_171_840, 30_697_345_280)
     _, totals, _ = _counts(["gemma-4-31b"])
     assert totals[0] == pytest.approx(by_hand, rel=1e-7)  # float32 sums outside x64
+
+
+def test_mimo_v2_flash_attention_by_hand():
+    """MiMo-V2-Flash's attention layers (D 4096, 64 q heads, keys of 192, values of 128,
+    sink logits on the windowed layers, counted on all): a full layer's q 4096 x 64 x 192,
+    k 4096 x 4 x 192, v 4096 x 4 x 128, o 64 x 128 x 4096 = 89,128,960, a windowed one's
+    with 8 KV heads 94,371,840, + 64 sinks each; 39 windowed and 9 full layers (the
+    config's hybrid_layer_pattern: full at 0, 5, 11, ..., 47)."""
+    from dse.formulas.params import attention_params, whole
+    d = 4096
+    full = d * 64 * 192 + d * 4 * (192 + 128) + 64 * 128 * d + 64
+    windowed = d * 64 * 192 + d * 8 * (192 + 128) + 64 * 128 * d + 64
+    assert (full - 64, windowed - 64) == (89_128_960, 94_371_840)
+    spec = catalogue.load_model("mimo-v2-flash").spec()
+    assert float(attention_params(spec, whole(spec))) == pytest.approx(
+        (39 * windowed + 9 * full) / 48, rel=1e-7)
 
 
 def test_active_counts_under_each_sources_convention():
@@ -164,12 +187,12 @@ def test_hand_written_cards_against_the_papers_counts(name, embedding, non_embed
 
 
 KV_MODELS = ("qwen3-32b", "deepseek-r1", "gpt-oss-120b", "qwen3-next-80b-a3b", "glm-5",
-             "glm-5.2", "gemma-4-31b")
+             "glm-5.2", "gemma-4-31b", "mimo-v2-flash")
 
 
 @pytest.fixture(scope="module")
 def kv_sweep():
-    """One sweep: the seven models at 62,000 and 126,000 prompt tokens, 16-bit cache."""
+    """One sweep: the eight models at 62,000 and 126,000 prompt tokens, 16-bit cache."""
     return sweep_text(f"""
 [study]
 dtype = "float64"
@@ -210,7 +233,11 @@ def test_kv_bytes_per_token_by_hand(kv_sweep):
     - global layers of their own shape beside windowed ones, Gemma 4 31B: only the 10
       full-attention layers grow past the 1,024-token window, each caching 4 KV heads of
       512 whose keys serve as values, 10 x 4 x 512 x 2 B = 40,960 B; the 50 windowed
-      layers (16 KV heads of 256, K and V) hold 1,024 tokens each: 50 x 1,024 x 16,384 B."""
+      layers (16 KV heads of 256, K and V) hold 1,024 tokens each: 50 x 1,024 x 16,384 B;
+    - keys and values of their own sizes, MiMo-V2-Flash: the 9 full-attention layers
+      (0, 5, 11, ..., 47) cache 4 KV heads of a 192 key and a 128 value, 9 x 4 x 320 x 2 B
+      = 23,040 B; the 39 windowed layers (8 KV heads) hold 128 tokens each: 39 x 128 x
+      5,120 B."""
     assert _kv_per_token(kv_sweep, "qwen3-32b")[0] == pytest.approx(262_144, rel=1e-9)
     assert _kv_per_token(kv_sweep, "deepseek-r1")[0] == pytest.approx(70_272, rel=1e-9)
     per_token, short = _kv_per_token(kv_sweep, "gpt-oss-120b")
@@ -224,6 +251,9 @@ def test_kv_bytes_per_token_by_hand(kv_sweep):
     per_token, short = _kv_per_token(kv_sweep, "gemma-4-31b")
     assert per_token == pytest.approx(40_960, rel=1e-9)
     assert short == pytest.approx(62_002 * 40_960 + 50 * 1_024 * 16_384, rel=1e-9)
+    per_token, short = _kv_per_token(kv_sweep, "mimo-v2-flash")
+    assert per_token == pytest.approx(23_040, rel=1e-9)
+    assert short == pytest.approx(62_002 * 23_040 + 39 * 128 * 5_120, rel=1e-9)
 
 
 def test_a_hybrid_decode_step_reads_a_constant_state(kv_sweep):

@@ -1,0 +1,77 @@
+"""Layers of more than one shape in one Hugging Face config (dse.catalogue.model): MiMo-V2-
+Flash's sliding-window and full layers of their own KV heads, Gemma 4's global layers and
+its MoE block, moe_layer_freq lists. What dse reads is checked against the configs' own
+numbers; what it cannot read is refused by name."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dse.catalogue.model import card_from_hf_config
+from dse.errors import InputError
+
+CONFIGS = Path(__file__).resolve().parents[1] / "data" / "hf_configs"
+
+
+def _config(name, **changes):
+    config = json.loads((CONFIGS / f"{name}.json").read_text())
+    config.update(changes)
+    return config
+
+
+def test_mimo_v2_flash_reads_its_two_kinds_of_layers():
+    """hybrid_layer_pattern: 39 ones (sliding window) of 48; the windowed layers take
+    swa_num_key_value_heads 8, the full ones num_key_value_heads 4 (global_kv_heads);
+    values of 128 beside keys of 192; moe_layer_freq [0, 1, ...]: one dense layer."""
+    f = card_from_hf_config(_config("mimo-v2-flash"), "x", "x").fields
+    assert (f["n_kv_heads"], f["global_kv_heads"], f["head_dim"], f["v_head_dim"]) == (
+        8, 4, 192, 128)
+    assert f["sliding_window"] == 128 and f["sliding_window_layers"] == 39 / 48
+    assert f["n_dense_layers"] == 1 and f["attention_sinks"]
+
+
+@pytest.mark.parametrize("changes, key", [
+    (dict(swa_num_attention_heads=48), "swa_num_attention_heads"),  # q heads per kind
+    (dict(swa_head_dim=128), "swa_head_dim"),
+    (dict(hybrid_layer_pattern=[0, 1, 2] * 16), "hybrid_layer_pattern"),
+    (dict(hybrid_layer_pattern=[0, 1] * 10), "hybrid_layer_pattern"),  # not one per layer
+    (dict(moe_layer_freq=[1, 0] * 24), "moe_layer_freq"),  # dense layers not first
+])
+def test_mimo_v2_shapes_dse_does_not_model_are_refused(changes, key):
+    with pytest.raises(InputError, match=key):
+        card_from_hf_config(_config("mimo-v2-flash", **changes), "x", "x")
+
+
+def test_gemma_4_reads_its_global_layers_and_moe_block():
+    """Gemma 4 26B-A4B: global layers of head size 512 and 2 KV heads whose keys serve as
+    values; the dense MLP beside the 128 experts of 704 (2112 = 3 x 704) as 3 shared
+    experts; 5 of 30 layers global (every sixth)."""
+    f = card_from_hf_config(_config("gemma-4-26b-a4b"), "x", "x").fields
+    assert (f["global_head_dim"], f["global_kv_heads"], f["global_kv_equal"]) == (512, 2, True)
+    assert (f["n_experts"], f["top_k"], f["d_ff_expert"], f["n_shared_experts"]) == (
+        128, 8, 704, 3)
+    assert f["sliding_window_layers"] == 25 / 30 and f["tied_embeddings"]
+
+
+@pytest.mark.parametrize("changes, key", [
+    (dict(hidden_size_per_layer_input=256), "hidden_size_per_layer_input"),  # E2B's PLE
+    (dict(num_kv_shared_layers=20), "num_kv_shared_layers"),
+    (dict(use_double_wide_mlp=True), "use_double_wide_mlp"),
+    (dict(intermediate_size=2000), "enable_moe_block"),  # not a whole number of experts
+])
+def test_gemma_4_shapes_dse_does_not_model_are_refused(changes, key):
+    config = _config("gemma-4-26b-a4b")
+    config["text_config"] = dict(config["text_config"], **changes)
+    with pytest.raises(InputError, match=key):
+        card_from_hf_config(config, "x", "x")
+
+
+def test_global_shapes_need_windowed_layers_beside_them():
+    """A card with global_* keys and no sliding window is refused: every layer would be
+    'global', and the keys would price nothing the card says."""
+    from dse.catalogue.model import ModelCard
+    fields = dict(name="x", n_layers=2, d_model=64, n_heads=4, d_ff=128, vocab_size=100,
+                  max_seq_len=256, global_head_dim=32)
+    with pytest.raises(InputError, match="global_head_dim"):
+        ModelCard.from_mapping(fields, "x.toml")
