@@ -8,7 +8,9 @@ grid point inside ``jit``. Booleans are stored as 0/1 floats for the same reason
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -735,10 +737,72 @@ def card_from_hf_config(config: Mapping[str, Any], file: str, name: str,
     if "q_lora_rank" in out and out["q_lora_rank"] is None:
         out.pop("q_lora_rank")
     out.update(vision)
+    _check_quantized_modules(outer_config, quant, out["n_layers"], file)
     bits = checkpoint_precision(outer_config, quant)
     if bits:
         out["checkpoints"] = {name: bits}
     return ModelCard.from_mapping(out, file)
+
+
+# The words module names are made of in the quantization configs of the catalogue's
+# checkpoints (their exclusion lists: ModelOpt's exclude_modules, HF FP8's
+# modules_to_not_convert, compressed-tensors' ignore): a name made of other words names a
+# module dse does not know, whose precision it could not place.
+_MODULE_WORDS = frozenset("""
+    model language_model backbone transformer layers layer h blocks decoder
+    self_attn attn attention mixer linear_attn q_proj k_proj v_proj o_proj qkv_proj c_attn
+    c_proj wq wk wv wo query_key_value dense q_a_proj q_b_proj kv_a_proj_with_mqa kv_b_proj
+    q_a_layernorm kv_a_layernorm q_norm k_norm v_norm indexer indexers_proj weights_proj
+    wq_b in_proj out_proj conv1d dt_bias a_log norm mlp ffn feed_forward block_sparse_moe
+    moe experts expert shared_experts shared_expert shared_expert_gate gate router
+    e_score_correction_bias gate_proj up_proj down_proj gate_up_proj w1 w2 w3 fc1 fc2 c_fc
+    fc1_latent_proj fc2_latent_proj switch_mlp input_layernorm post_attention_layernorm
+    pre_feedforward_layernorm post_feedforward_layernorm layernorm ln_1 ln_2 ln_f
+    embed_tokens embeddings embedding wte wpe lm_head head output eh_proj enorm hnorm
+    shared_head mtp vision_tower visual vision_model embed_vision mm_projector
+    multi_modal_projector patch_merge_mlp merger audio_tower weight bias scale re
+    up down proj gate_up
+""".split())  # (regular expressions spell gate|up|down _proj)
+
+
+def _check_quantized_modules(config: Mapping[str, Any], quant: Mapping[str, Any] | None,
+                             n_layers: int, file: str) -> None:
+    """The modules a quantized checkpoint's config names (what it leaves unquantized) must
+    be modules dse knows, of layers the model has (its MTP layers after the last): a
+    name of other words, or of layer 99 of a 61-layer model, is a one-line error, not a
+    precision guessed for something dse cannot place."""
+    lists = []
+    q = (quant or {}).get("quantization") if quant else None
+    if isinstance(q, Mapping) and q.get("exclude_modules") is not None:
+        lists.append((str(Path(file).with_name("hf_quant_config.json")),
+                      "quantization.exclude_modules", q["exclude_modules"]))
+    for c in (config, config.get("text_config")):
+        qc = c.get("quantization_config") if isinstance(c, Mapping) else None
+        if isinstance(qc, Mapping):
+            for key in ("modules_to_not_convert", "ignore", "exclude_modules"):
+                if qc.get(key) is not None:
+                    lists.append((file, f"quantization_config.{key}", qc[key]))
+    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
+    # a hybrid's modules count its blocks (Nemotron-H: 52 blocks, 29 dse layers)
+    n_layers = max(n_layers, int(text.get("num_hidden_layers") or 0))
+    mtp = max(int(text.get("num_nextn_predict_layers") or 0), len(text.get("mtp_layers_block_type")
+                                                                  or []))
+    allowed = ("names of the model's attention, MLP, expert, norm, embedding, head, vision "
+               f"and MTP modules, of layers 0..{n_layers - 1 + mtp}")
+    for where, key, names in lists:
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise InputError(where, key, f"value {str(names)[:60]!r} is not valid",
+                             "a list of module names")
+        for name in names:
+            words = [w.strip("_") for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", name)]
+            unknown = [w for w in words if w.lower() not in _MODULE_WORDS]
+            layers = [int(n) for n in re.findall(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)", name)]
+            if unknown:
+                raise InputError(where, key, f"module {name!r} ({unknown[0]!r}) is not a "
+                                 "module dse knows", allowed)
+            if any(i >= n_layers + mtp for i in layers):
+                raise InputError(where, key, f"module {name!r} names a layer the "
+                                 f"{n_layers}-layer model does not have", allowed)
 
 
 def checkpoint_precision(config: Mapping[str, Any], quant: Mapping[str, Any] | None = None

@@ -70,3 +70,52 @@ def test_a_bad_checkpoints_table_is_one_line():
         ModelCard.from_mapping({"name": "m", "n_layers": 2, "d_model": 64, "n_heads": 4,
                                 "d_ff": 128, "vocab_size": 100, "max_seq_len": 64,
                                 "checkpoints": {"x/y-FP8": {"weight_bits": 3}}}, "m.toml")
+
+
+LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+         "intermediate_size": 11008, "num_attention_heads": 32, "num_hidden_layers": 32,
+         "num_key_value_heads": 32, "vocab_size": 32000, "max_position_embeddings": 4096}
+
+
+@pytest.mark.parametrize("exclude, problem", [
+    # a module no reader knows: its precision could not be placed
+    (["lm_head", "model.layers.0.self_attn.rotary_mixer"],
+     "module 'model.layers.0.self_attn.rotary_mixer' ('rotary_mixer') is not a module dse "
+     "knows"),
+    # layer 40 of a 32-layer model (no MTP layers)
+    (["model.layers.40.mlp.down_proj"],
+     "module 'model.layers.40.mlp.down_proj' names a layer the 32-layer model does not have"),
+])
+def test_a_quantization_config_naming_unknown_modules_is_one_line(tmp_path, capsys, exclude,
+                                                                  problem):
+    """ModelOpt's exclusion list names modules it leaves unquantized: names dse cannot
+    place are refused by the CLI in one line naming the file and key, exit code 2, and
+    nothing written."""
+    from dse.cli import main
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(LLAMA))
+    (tmp_path / "m" / "hf_quant_config.json").write_text(json.dumps(
+        {"quantization": {"quant_algo": "NVFP4", "exclude_modules": exclude}}))
+    study = tmp_path / "s.toml"
+    study.write_text('[axes]\nmodel = "m/config.json"\nhardware = "h100-sxm"\n')
+    assert main(["sweep", str(study), "-o", str(tmp_path / "o.nc"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"hf_quant_config.json: quantization.exclude_modules: {problem}" in err
+    assert err.count("\n") == 1 and not (tmp_path / "o.nc").exists()
+
+
+def test_every_shipped_quantized_config_names_modules_dse_knows():
+    """Kimi K2.5's shipped config (tests/data/hf_configs, as aiconfigurator-core ships it)
+    reads with its compressed-tensors ignore list of regular expressions; the same list
+    with a misspelled module does not. (Every quantized config in aiconfigurator-core
+    0.12.0's model_configs reads but those of architectures dse refuses anyway.)"""
+    from dse.catalogue.model import card_from_hf_config
+
+    config = json.loads((CONFIGS / "kimi-k2.5.json").read_text())
+    card_from_hf_config(config, "k.json", "k")
+    ignore = config["text_config"]["quantization_config"]["ignore"]
+    assert any(n.startswith("re:") for n in ignore)
+    config["text_config"]["quantization_config"]["ignore"] = ignore + ["re:.*mlp\\.gaet_proj"]
+    with pytest.raises(InputError, match="gaet_proj"):
+        card_from_hf_config(config, "k.json", "k")
