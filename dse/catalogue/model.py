@@ -404,6 +404,14 @@ def _hf_swa_pattern(config: Mapping[str, Any], out: dict) -> dict:
     return extra
 
 
+# transformers' Gemma3TextConfig defaults (models/gemma3/configuration_gemma3.py) for the
+# keys Google's multimodal Gemma 3 configs leave out of their text_config
+_GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262208, "num_attention_heads": 8,
+                         "num_key_value_heads": 4, "head_dim": 256,
+                         "max_position_embeddings": 131072, "sliding_window": 4096,
+                         "sliding_window_pattern": 6}
+
+
 def _hf_gemma(config: Mapping[str, Any], model_type: str, out: dict) -> dict:
     """Gemma 2 and 3 (HF Gemma2Model, Gemma3TextModel): sandwich norms (4 per layer),
     GeGLU, and sliding-window layers where the config has no layer_types list: Gemma 2's
@@ -660,6 +668,11 @@ def card_from_hf_config(config: Mapping[str, Any], file: str, name: str,
     if isinstance(config.get("text_config"), Mapping):  # multimodal: the language model
         outer = config
         config = dict(config["text_config"])
+        if str(config.get("model_type", "")).lower() == "gemma3_text":
+            # google/gemma-3-*-it leave these to transformers' Gemma3TextConfig defaults
+            for key, value in _GEMMA3_TEXT_DEFAULTS.items():
+                config.setdefault(key, value)
+            config.setdefault("tie_word_embeddings", outer.get("tie_word_embeddings", True))
         config.setdefault("tie_word_embeddings", outer.get("tie_word_embeddings", False))
         config.setdefault("_name_or_path", outer.get("_name_or_path"))
     out: dict[str, Any] = {"name": name, "long_name": config.get("_name_or_path") or name,

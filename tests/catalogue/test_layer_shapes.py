@@ -75,3 +75,18 @@ def test_global_shapes_need_windowed_layers_beside_them():
                   max_seq_len=256, global_head_dim=32)
     with pytest.raises(InputError, match="global_head_dim"):
         ModelCard.from_mapping(fields, "x.toml")
+
+
+def test_gemma_3_multimodal_configs_read_with_transformers_defaults():
+    """Google's multimodal Gemma 3 configs (here mlx-community/gemma-3-4b-it-bf16's copy of
+    google/gemma-3-4b-it's, as its Hub page was stored: tests/data/hf_configs/
+    gemma-3-4b-it-multimodal.json) give only the text model's width, MLP, layers and
+    window: heads, KV heads, head_dim, vocab and positions are transformers'
+    Gemma3TextConfig defaults (8, 4, 256, 262208, 131072; embeddings tied). So read, it
+    is the card written from a text-only config that states them."""
+    from dse.catalogue import lookup
+
+    config = _config("gemma-3-4b-it-multimodal")
+    assert "num_attention_heads" not in config["text_config"]
+    card = card_from_hf_config(config, "x", "x")
+    assert card.spec() == lookup.load_model("gemma-3-4b").spec()
