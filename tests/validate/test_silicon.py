@@ -62,14 +62,14 @@ def test_converted_rows_read_as_load_points(tmp_path):
     dense model and are dropped; the disaggregated closed loop of 4 clients has one
     prefill worker (attention DP 4, experts over 4) and four decode workers (tp 8, ep 8)."""
     mm, _, kimi, _, llama, _ = (case(r) for r in _converted(tmp_path))
-    assert isinstance(mm, Case) and mm.model.name == "minimax-m2"
+    assert isinstance(mm, Case) and mm.model.name == "minimax-m2.5"
     k = mm.knobs
     assert (k["tp"], k["dp"], k["ep"], k["concurrency"], k["max_num_seqs"]) == (4, 4, 16, 512.0,
                                                                               128.0)
     assert (k["weight_bits"], k["act_bits"], k["kv_bits"]) == (8.0, 8.0, 16.0)
     assert mm.framework == "vllm" and mm.n_devices == 16
     assert isinstance(llama, Case) and llama.knobs["tp"] == 1
-    assert isinstance(kimi, Case) and kimi.model.name == "kimi-k2"
+    assert isinstance(kimi, Case) and kimi.model.name == "kimi-k2.5"
     k = kimi.knobs
     assert (k["serving"], k["concurrency"], k["prefill_workers"], k["decode_workers"]) == (
         1.0, 4.0, 1.0, 4.0)
