@@ -412,15 +412,19 @@ _GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262208, "num_attention_heads": 8,
                          "sliding_window_pattern": 6}
 
 
+def _gemma_block(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What every Gemma 2-4 layer has: GeGLU and sandwich norms (4 per layer)."""
+    return {"activation": str(config.get("hidden_activation", "gelu_pytorch_tanh")),
+            "norms_per_layer": 4}
+
+
 def _hf_gemma(config: Mapping[str, Any], model_type: str, out: dict) -> dict:
     """Gemma 2 and 3 (HF Gemma2Model, Gemma3TextModel): sandwich norms (4 per layer),
     GeGLU, and sliding-window layers where the config has no layer_types list: Gemma 2's
     alternate with global ones (every other layer), Gemma 3's come five in six
     (sliding_window_pattern 6: every sixth layer global). Logit soft-capping and
     query_pre_attn_scalar are elementwise and not costed."""
-    extra: dict[str, Any] = {"activation": str(config.get("hidden_activation",
-                                                          "gelu_pytorch_tanh")),
-                             "norms_per_layer": 4}
+    extra = _gemma_block(config)
     if not isinstance(config.get("layer_types"), list) and config.get("sliding_window"):
         if model_type == "gemma2":
             extra["sliding_window_layers"] = 0.5
@@ -439,8 +443,7 @@ def _hf_gemma4(config: Mapping[str, Any], out: dict) -> dict:
     norms (4 per layer); with enable_moe_block, every layer runs its dense MLP
     (intermediate_size) beside the routed experts and sums them, which dse reads as shared
     experts of the experts' width (26B-A4B: 2112 = 3 x 704), and 3 more norms."""
-    extra: dict[str, Any] = {"activation": str(config.get("hidden_activation", "gelu_pytorch_tanh")),
-                             "norms_per_layer": 4}
+    extra = _gemma_block(config)
     for key, card_key in (("global_head_dim", "global_head_dim"),
                           ("num_global_key_value_heads", "global_kv_heads")):
         value = config.get(key)
