@@ -505,7 +505,7 @@ def _serving(row) -> str:
     return serving
 
 
-# Speculative decoding (DeepSeek's MTP, EAGLE) under a load is not modelled.
+# Notes that speak of speculative decoding (DeepSeek's MTP, EAGLE) without spec_tokens.
 _SPECULATIVE = re.compile(r"(?<!no )\bMTP\b|\bEAGLE\b|\bNEXTN\b")
 
 
@@ -517,6 +517,9 @@ def _speculation(row) -> dict:
     if k < 0 or accepted < 0 or (accepted and not 1.0 <= accepted <= k + 1.0):
         raise ValueError(f"spec_acceptance {accepted:g} with spec_tokens {k}: the tokens a "
                          "step yields are 1 .. spec_tokens + 1")
+    if not k and "speculative decoding undetermined" in row.get("notes", ""):
+        raise _Unscorable("unmodelled", "speculative decoding undetermined: the run's "
+                          "source ran its layout at its concurrency with and without it")
     if not k and _SPECULATIVE.search(row.get("notes", "")):
         raise _Unscorable("unmodelled", "the notes state speculative decoding (MTP / EAGLE) "
                           "and spec_tokens does not")

@@ -11,6 +11,8 @@ the package version in ``source``; the upstream provenance string stays in ``not
     pip install aiconfigurator-core
     python -m dse.validate.silicon -o data/measured_silicon.csv
 
+(``--layouts``: InferenceX's launch layouts, ``data/inferencex_layouts.csv`` by default.)
+
 What is read, field by field (upstream column -> dse column):
 
 - ``system`` -> ``hardware`` (``b200_sxm`` is the catalogue's ``b200``, ...);
@@ -27,8 +29,18 @@ What is read, field by field (upstream column -> dse column):
   ``max_num_seqs``; the devices of one worker are tp x dp.
 - disaggregated: ``prefill_*`` / ``decode_*`` the same per pool (``{pool}_tp``,
   ``{pool}_dp``, ``{pool}_moe_tp``, ``{pool}_ep``, ``{pool}_batch``,
-  ``{pool}_workers``); pools whose worker counts the upstream row leaves empty keep
-  them empty (dse says so rather than guessing).
+  ``{pool}_workers``). The InferenceX runs (``source_file=2026-...``) leave the worker
+  counts empty and garble the decode pool's fields (attention DP written as tp, the
+  prefill pool's ep copied); where InferenceX's own configuration history
+  (:mod:`dse.validate.inferencex`, ``data/inferencex_layouts.csv``) launched the run's
+  model, system, precision, framework, lengths and concurrency with its devices per
+  worker in exactly one layout, the pools are that layout (and the decode batch its
+  TensorRT-LLM recipe names), said in the notes; otherwise they stay empty and the run
+  unscored, the note naming the candidates.
+- speculative decoding: an InferenceX run whose every candidate layout decoded with MTP
+  (and that run's twins) says ``MTP`` in its notes, which leaves it unscored (the
+  acceptance is not stated); one that InferenceX ran both with and without says
+  ``speculative decoding undetermined``, likewise unscored.
 - ``silicon_concurrency`` (in the provenance string) -> ``concurrency``: the benchmark
   client's concurrent requests; where it is missing, an aggregated row's batch x dp.
 
@@ -40,7 +52,7 @@ What is checked across rows:
   digit. The notes name the twin. Twins often disagree on the layout (the 2026 files
   write an attention-DP worker as tp 4, dp 1 where the older rows write tp 1, dp 4,
   the same world size), so neither lends the other its fields: each is read as it
-  states itself, and a disaggregated run without worker counts stays unmodelled.
+  states itself (the MTP finding above excepted: it is the measurement's).
 - **An id that contradicts its fields.** The ids of the 2026 source files name the
   worker (``..._tp8_ep8_941``: the engines' tensor-parallel world size, attention-DP
   ranks included, 8). An aggregated row whose fields put tp x attention-DP x pp at
@@ -59,6 +71,7 @@ import sys
 from pathlib import Path
 
 from ..catalogue.kernels import AIC_SYSTEMS
+from .inferencex import DEFAULT as INFERENCEX_LAYOUTS
 from .rows import COLUMNS, DISAGG_COLUMNS, LOAD_COLUMNS
 
 # The catalogue's name of each upstream system (aiconfigurator-core systems/*.yaml).
@@ -173,9 +186,97 @@ def with_twins(runs: list[dict]) -> list[tuple[dict, list[str]]]:
     return out
 
 
-def convert_row(row: dict, version: str, lent: tuple[str, ...] = ()) -> list[dict]:
+def _where(r: dict) -> str:
+    return (f"InferenceX's nvidia-master.yaml, {r['config_key']} (first committed "
+            f"{r['first_seen']}, {r['first_commit'][:9]})"
+            + (f", recipe {r['recipe']}" if r["recipe"] else ""))
+
+
+def _speculation_of(row: dict, layouts) -> list[str]:
+    """Notes on an InferenceX aggregated run's speculative decoding: the configurations
+    that ran its layout at its concurrency all decoded with MTP (the row is then not
+    scored: the notes state MTP and the acceptance is unknown), or some did and some did
+    not (said, and scored as stated)."""
+    from .inferencex import candidates
+    found = candidates(row, layouts) if layouts else []
+    spec = {r["spec_decoding"] for r in found}
+    if spec and spec <= {"mtp"}:
+        return [f"MTP: {_where(found[0])} runs this layout at this concurrency only with "
+                "spec-decoding mtp"]
+    if len(spec) > 1:
+        return ["speculative decoding undetermined: InferenceX configurations ran this "
+                "layout at this concurrency with and without it ("
+                + ", ".join(sorted({r['config_key'] for r in found})) + ")"]
+    return []
+
+
+def _lend_layout(row: dict, out: dict, layouts) -> list[str]:
+    """Fill a disaggregated InferenceX run's pools (workers, tp, attention-DP, ep,
+    moe_tp; the decode batch where a TensorRT-LLM recipe names it) from the one layout
+    InferenceX launched it with (:func:`dse.validate.inferencex.candidates`); notes that
+    say so, or why not."""
+    from .inferencex import candidates, dse_layout
+    found = candidates(row, layouts) if layouts else []
+    if not found:
+        return []
+    if len(found) > 1:
+        return [f"worker counts not lent: {len(found)} InferenceX layouts ran this model, "
+                "system, precision, framework, lengths and concurrency with these devices "
+                "per worker (" + ", ".join(sorted({r['config_key'] for r in found})) + ")"
+                + ("; MTP in all" if all(r["spec_decoding"] == "mtp" for r in found) else "")]
+    r = found[0]
+    said = []
+    for p in ("prefill", "decode"):
+        was = {k: out[f"{p}_{k}"] for k in ("tp", "dp", "ep")}
+        lent = dse_layout(r, p)
+        out.update({f"{p}_{k}": v for k, v in lent.items()})
+        if any(was[k] != lent[k] for k in was):
+            said.append(f"{p} tp {was['tp']} x dp {was['dp']}, ep {was['ep']} upstream")
+    recipe = re.search(r"_batch(\d+)_eplb\d+_mtp(\d+)", r["recipe"])
+    if recipe:
+        out["decode_batch"] = int(recipe.group(1))
+    notes = [f"layout from {_where(r)}: {out['prefill_workers']} prefill worker(s) of "
+             f"{r['prefill_tp']} devices, {out['decode_workers']} decode worker(s) of "
+             f"{r['decode_tp']}" + (f", decode batch {out['decode_batch']} per rank"
+                                    if recipe else "")
+             + (" (the fields said " + "; ".join(said) + ")" if said else "")]
+    if r["spec_decoding"] == "mtp":
+        n = recipe.group(2) if recipe else "?"
+        notes.append(f"MTP: InferenceX ran this configuration with spec-decoding mtp "
+                     f"({n} draft tokens); acceptance not stated")
+    return notes
+
+
+def _is_mtp(run: dict, layouts) -> bool:
+    """InferenceX launched ``run`` only as MTP runs (every candidate layout)."""
+    from .inferencex import candidates
+    found = candidates(run, layouts)
+    return bool(found) and all(r["spec_decoding"] == "mtp" for r in found)
+
+
+def _mtp_by_twin(runs: list[dict], layouts) -> dict[str, list[str]]:
+    """Notes for the runs whose twin (the same measurement, :func:`with_twins`) InferenceX
+    ran only with MTP: the measurement decoded speculatively whichever row lists it."""
+    groups: dict[tuple, list[dict]] = {}
+    for run in runs:
+        groups.setdefault(_measurement(run), []).append(run)
+    out: dict[str, list[str]] = {}
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        flagged = [r["id"] for r in group if _is_mtp(r, layouts)]
+        for run in group:
+            if flagged and run["id"] not in flagged:
+                out[run["id"]] = [f"MTP: the same measurement as upstream row {flagged[0]}, "
+                                  "which InferenceX ran only with spec-decoding mtp"]
+    return out
+
+
+def convert_row(row: dict, version: str, lent: tuple[str, ...] = (),
+                layouts=None) -> list[dict]:
     """The two measured rows (ttft_ms, tpot_ms) of one upstream run (``lent``: what its
-    twins say of it, as notes)."""
+    twins say of it, as notes; ``layouts``: InferenceX's launch layouts,
+    :mod:`dse.validate.inferencex`, or None)."""
     provenance = row["silicon_data_source"]
     conc = re.search(r"silicon_concurrency=(\d+)", provenance)
     precision, said = _precision(row.get("gemm_quant_mode", ""), row.get("moe_quant_mode", ""))
@@ -202,6 +303,7 @@ def convert_row(row: dict, version: str, lent: tuple[str, ...] = ()) -> list[dic
                    ep=_int(row["moe_ep_size"]) or "")
         if not conc and batch:
             notes.append(f"silicon_concurrency not stated: batch {batch} x attention-DP {dp}")
+        notes += _speculation_of(row, layouts)
         clients = int(conc.group(1)) if conc else (batch * dp if batch else "")
     elif mode == "disagg":
         out["serving"] = "disagg"
@@ -214,6 +316,8 @@ def convert_row(row: dict, version: str, lent: tuple[str, ...] = ()) -> list[dic
                         f"{p}_batch": _int(row[f"{p}_batch_size"]) or "",
                         f"{p}_workers": _int(row[f"{p}_num_workers"]) or ""})
         clients = int(conc.group(1)) if conc else ""
+        if not (out["prefill_workers"] and out["decode_workers"]):
+            notes += _lend_layout(row, out, layouts)
     else:
         raise ValueError(f"mode {mode!r} is not agg or disagg")
     out["concurrency"] = clients
@@ -224,10 +328,12 @@ def convert_row(row: dict, version: str, lent: tuple[str, ...] = ()) -> list[dic
     return rows
 
 
-def convert(src, dst, version: str) -> int:
+def convert(src, dst, version: str, layouts=None) -> int:
     """Write ``dst`` (the measured schema, two rows per upstream run) from the upstream
     CSV ``src``; returns the number of upstream runs. Written to a temporary file and
-    moved into place."""
+    moved into place. ``layouts``: the table of InferenceX's launch layouts
+    (``data/inferencex_layouts.csv``) that InferenceX runs take their worker counts
+    and speculative decoding from, or None."""
     from ..atomic import atomic_path
     from ..errors import InputError
     src, dst = Path(src), Path(dst)
@@ -242,9 +348,11 @@ def convert(src, dst, version: str) -> int:
     with atomic_path(dst) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, FIELDS, lineterminator="\n")
         writer.writeheader()
+        mtp = _mtp_by_twin(runs, layouts) if layouts else {}
         for run, lent in with_twins(runs):
+            lent = lent + mtp.get(run["id"], [])
             try:
-                writer.writerows(convert_row(run, version, tuple(lent)))
+                writer.writerows(convert_row(run, version, tuple(lent), layouts))
             except ValueError as e:  # a mode or value a newer release added
                 raise InputError(str(src), f"row {run['id']}", str(e),
                                  "the modes of dse.validate.silicon: " + ", ".join(QUANT)
@@ -259,6 +367,9 @@ def main(argv=None) -> int:
     p.add_argument("-o", "--output", default="data/measured_silicon.csv")
     p.add_argument("--csv", help="the upstream CSV (default: the installed package's)")
     p.add_argument("--version", help="the upstream package version (with --csv)")
+    p.add_argument("--layouts", default=str(INFERENCEX_LAYOUTS),
+                   help="InferenceX's launch layouts (python -m dse.validate.inferencex); "
+                   "'' for none")
     a = p.parse_args(argv)
     if a.csv:
         if not a.version:
@@ -272,7 +383,10 @@ def main(argv=None) -> int:
         return 2
     from ..errors import InputError
     try:
-        n = convert(src, a.output, version)
+        if a.layouts and not Path(a.layouts).is_file():
+            raise InputError(a.layouts, "--layouts", "file not found",
+                             "the output of python -m dse.validate.inferencex, or ''")
+        n = convert(src, a.output, version, a.layouts or None)
     except InputError as e:
         print(str(e) if str(e).startswith("dse:") else f"dse: error: {e}", file=sys.stderr)
         return 2
