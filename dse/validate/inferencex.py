@@ -17,8 +17,13 @@ first and last commit dates it was seen; ``data/inferencex_layouts.csv`` is its 
 made again with::
 
     git clone https://github.com/SemiAnalysisAI/InferenceX
+    git clone https://github.com/NVIDIA/srt-slurm
     pip install pyyaml
-    python -m dse.validate.inferencex --repo InferenceX -o data/inferencex_layouts.csv
+    python -m dse.validate.inferencex --repo InferenceX --recipes srt-slurm \
+        -o data/inferencex_layouts.csv
+
+(``--recipes``: the KV-cache dtype, redundant experts and batch cap each disaggregated
+layout's recipe sets, :func:`recipe_settings`.)
 
 :func:`candidates` is the join the silicon converter (:mod:`dse.validate.silicon`) makes:
 the distinct layouts InferenceX ran a model on a system at a precision, framework,
@@ -50,6 +55,14 @@ COLUMNS = ("config_key", "model_prefix", "runner", "precision", "framework", "di
            "prefill_workers", "prefill_tp", "prefill_ep", "prefill_dp_attn",
            "decode_workers", "decode_tp", "decode_ep", "decode_dp_attn",
            "recipe", "first_seen", "last_seen", "first_commit")
+# What a layout's recipe (NVIDIA/srt-slurm, the launch files InferenceX's disaggregated
+# configurations name) sets per pool: the KV-cache dtype, SGLang's redundant experts
+# (ep-num-redundant-experts) or TensorRT-LLM's expert slots (moe_config.load_balancer
+# num_slots), and the engine's running-batch cap (TensorRT-LLM max_batch_size), with the
+# recipe's commit read.
+RECIPE_COLUMNS = ("prefill_kv_dtype", "decode_kv_dtype", "prefill_redundant_experts",
+                  "decode_redundant_experts", "prefill_expert_slots", "decode_expert_slots",
+                  "decode_max_batch", "recipe_commit")
 DEFAULT = Path(__file__).resolve().parents[2] / "data" / "inferencex_layouts.csv"
 # aiconfigurator-core's names (silicon_data_source "model=", system) -> InferenceX's
 MODELS = {"DeepSeek-R1": "dsr1", "DeepSeek-V3": "dsr1", "GPT-OSS-120B": "gptoss",
@@ -141,10 +154,62 @@ def build(repo, since: str = "2025-10-01", until: str = "2026-04-30") -> list[di
     return sorted(seen.values(), key=lambda r: tuple(str(r[c]) for c in COLUMNS))
 
 
+def _git(repo, *args) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
+                          text=True).stdout
+
+
+def recipe_settings(recipes, path: str, when: str) -> dict:
+    """:data:`RECIPE_COLUMNS` of the recipe file ``path`` (an override suffix
+    ``:name[i]`` dropped: the base file's settings) in the srt-slurm clone ``recipes``,
+    as committed on or before ``when`` (else its first version); empty where the file
+    is not in the clone's history."""
+    import yaml
+    path = path.split(":", 1)[0]
+    log = [line.split() for line in _git(recipes, "log", "--all", "--format=%H %cs", "--",
+                                          path).split("\n") if line]
+    if not log:
+        return {}
+    before = [c for c, d in log if d <= when]
+    commit = before[0] if before else log[-1][0]
+    try:
+        recipe = yaml.safe_load(_git(recipes, "show", f"{commit}:{path}")) or {}
+    except yaml.YAMLError:
+        return {}
+    backend = recipe.get("backend") or {}
+    out = {"recipe_commit": commit}
+    for pool in ("prefill", "decode"):
+        trt = ((backend.get("trtllm_config") or {}).get(pool)) or {}
+        sgl = ((backend.get("sglang_config") or {}).get(pool)) or {}
+        kv = ((trt.get("kv_cache_config") or {}).get("dtype") or sgl.get("kv-cache-dtype")
+              or "")
+        out[f"{pool}_kv_dtype"] = "fp8" if str(kv).startswith("fp8") else str(kv)
+        out[f"{pool}_redundant_experts"] = sgl.get("ep-num-redundant-experts", "")
+        balancer = (trt.get("moe_config") or {}).get("load_balancer") or {}
+        out[f"{pool}_expert_slots"] = (balancer.get("num_slots", "")
+                                       if isinstance(balancer, dict) else "")
+        if pool == "decode":
+            out["decode_max_batch"] = trt.get("max_batch_size", "")
+    return out
+
+
+def with_recipes(rows: list[dict], recipes) -> list[dict]:
+    """``rows`` with :data:`RECIPE_COLUMNS` read from the srt-slurm clone ``recipes``."""
+    cache: dict[tuple, dict] = {}
+    out = []
+    for r in rows:
+        key = (r["recipe"], r["first_seen"])
+        if r["recipe"] and key not in cache:
+            cache[key] = recipe_settings(recipes, r["recipe"], r["first_seen"])
+        out.append(dict(dict.fromkeys(RECIPE_COLUMNS, ""), **r, **cache.get(key, {})))
+    return out
+
+
 def write(rows: list[dict], dst) -> None:
     from ..atomic import atomic_path
+    columns = COLUMNS + (RECIPE_COLUMNS if rows and "recipe_commit" in rows[0] else ())
     with atomic_path(Path(dst)) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, COLUMNS, lineterminator="\n")
+        w = csv.DictWriter(f, columns, lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
 
@@ -215,6 +280,8 @@ def main(argv=None) -> int:
                                 description="Tabulate InferenceX's benchmark layouts from "
                                 "the history of its nvidia-master.yaml.")
     p.add_argument("--repo", required=True, help="a local clone of SemiAnalysisAI/InferenceX")
+    p.add_argument("--recipes", help="a local clone of NVIDIA/srt-slurm: each layout's "
+                   "recipe settings (KV-cache dtype, redundant experts, batch cap)")
     p.add_argument("-o", "--output", default=str(DEFAULT))
     p.add_argument("--since", default="2025-10-01")
     p.add_argument("--until", default="2026-04-30")
@@ -225,11 +292,16 @@ def main(argv=None) -> int:
         except ValueError:
             print(f"dse: error: {d!r} is not a date (YYYY-MM-DD)", file=sys.stderr)
             return 2
-    if not (Path(a.repo) / ".git").exists() and not (Path(a.repo) / "HEAD").is_file():
-        print(f"dse: error: {a.repo}: not a git clone of SemiAnalysisAI/InferenceX",
-              file=sys.stderr)
-        return 2
+    for clone, what in ((a.repo, "--repo"), (a.recipes, "--recipes")):
+        if clone and not (Path(clone) / ".git").exists() and not (
+                Path(clone) / "HEAD").is_file():
+            print(f"dse: error: {what} {clone}: not a git clone of "
+                  + ("SemiAnalysisAI/InferenceX" if what == "--repo" else "NVIDIA/srt-slurm"),
+                  file=sys.stderr)
+            return 2
     rows = build(a.repo, a.since, a.until)
+    if a.recipes:
+        rows = with_recipes(rows, a.recipes)
     write(rows, a.output)
     print(f"{len(rows)} layouts -> {a.output}")
     return 0

@@ -34,9 +34,10 @@ What is read, field by field (upstream column -> dse column):
   prefill pool's ep copied); where InferenceX's own configuration history
   (:mod:`dse.validate.inferencex`, ``data/inferencex_layouts.csv``) launched the run's
   model, system, precision, framework, lengths and concurrency with its devices per
-  worker in exactly one layout, the pools are that layout (and the decode batch its
-  TensorRT-LLM recipe names), said in the notes; otherwise they stay empty and the run
-  unscored, the note naming the candidates.
+  worker in exactly one layout, the pools are that layout, and its recipe's KV-cache
+  dtype, redundant experts and decode batch cap where the table has them, said in the
+  notes; otherwise they stay empty and the run unscored, the note naming the
+  candidates.
 - speculative decoding: an InferenceX run whose every candidate layout decoded with MTP
   (and that run's twins) says ``MTP`` in its notes, which leaves it unscored (the
   acceptance is not stated); one that InferenceX ran both with and without says
@@ -210,6 +211,40 @@ def _speculation_of(row: dict, layouts) -> list[str]:
     return []
 
 
+def _experts(model_path: str) -> int:
+    from ..catalogue.lookup import load_model, resolve_name
+    name = resolve_name("models", model_path.strip())
+    return int(load_model(name).fields.get("n_experts") or 0) if name else 0
+
+
+def _recipe_settings(row: dict, out: dict, r: dict) -> list[str]:
+    """Set what the lent layout's recipe states (the table's recipe columns, read from
+    NVIDIA/srt-slurm): the KV-cache dtype where both pools agree, the redundant experts
+    (SGLang's ep-num-redundant-experts, or TensorRT-LLM's expert slots less the model's
+    experts) of the decode pool, whose wide expert parallelism needs them; notes."""
+    if not r.get("recipe_commit"):
+        return []
+    notes = []
+    kv = {r.get("prefill_kv_dtype", ""), r.get("decode_kv_dtype", "")}
+    if kv == {"fp8"}:
+        out["precision"] = out["precision"].replace(", bf16 kv", ", fp8 kv")
+        notes.append("KV cache fp8 (the recipe's kv-cache dtype, both pools)")
+    elif kv == {""}:
+        notes.append("the recipe leaves the KV-cache dtype at auto (16-bit)")
+    else:
+        notes.append(f"the recipe's KV-cache dtypes differ by pool ({sorted(kv)}): 16-bit "
+                     "taken")
+    spare = str(r.get("decode_redundant_experts") or "").strip()
+    slots = str(r.get("decode_expert_slots") or "").strip()
+    if not spare and slots:
+        spare = str(max(int(float(slots)) - _experts(row["model_path"]), 0))
+    if spare and int(float(spare)) > 0:
+        out["ep_redundant_experts"] = int(float(spare))
+        notes.append(f"{out['ep_redundant_experts']} redundant experts (the decode pool's, "
+                     "by the recipe)")
+    return notes
+
+
 def _lend_layout(row: dict, out: dict, layouts) -> list[str]:
     """Fill a disaggregated InferenceX run's pools (workers, tp, attention-DP, ep,
     moe_tp; the decode batch where a TensorRT-LLM recipe names it) from the one layout
@@ -235,11 +270,14 @@ def _lend_layout(row: dict, out: dict, layouts) -> list[str]:
     recipe = re.search(r"_batch(\d+)_eplb\d+_mtp(\d+)", r["recipe"])
     if recipe:
         out["decode_batch"] = int(recipe.group(1))
+    if str(r.get("decode_max_batch") or "").strip():
+        out["decode_batch"] = int(float(r["decode_max_batch"]))
+    set_by_recipe = _recipe_settings(row, out, r)
     notes = [f"layout from {_where(r)}: {out['prefill_workers']} prefill worker(s) of "
              f"{r['prefill_tp']} devices, {out['decode_workers']} decode worker(s) of "
              f"{r['decode_tp']}" + (f", decode batch {out['decode_batch']} per rank"
                                     if recipe else "")
-             + (" (the fields said " + "; ".join(said) + ")" if said else "")]
+             + (" (the fields said " + "; ".join(said) + ")" if said else "")] + set_by_recipe
     if r["spec_decoding"] == "mtp":
         n = recipe.group(2) if recipe else "?"
         notes.append(f"MTP: InferenceX ran this configuration with spec-decoding mtp "
@@ -318,6 +356,9 @@ def convert_row(row: dict, version: str, lent: tuple[str, ...] = (),
         clients = int(conc.group(1)) if conc else ""
         if not (out["prefill_workers"] and out["decode_workers"]):
             notes += _lend_layout(row, out, layouts)
+            if any("the recipe's kv" in n or "recipe leaves the KV" in n or "the recipe's "
+                   "KV" in n for n in notes):
+                notes = [n for n in notes if not n.startswith("KV-cache dtype not stated")]
     else:
         raise ValueError(f"mode {mode!r} is not agg or disagg")
     out["concurrency"] = clients

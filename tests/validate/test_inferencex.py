@@ -84,6 +84,14 @@ def _disagg_run(conc: int, decode_devices: int, ident: str) -> str:
             "900.0,20.0\n")
 
 
+def _git(repo: Path, home: Path, *args, date: str) -> None:
+    """git in ``repo`` with a fixed author and commit date (no user configuration)."""
+    env = {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date, "HOME": str(home),
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}
+    subprocess.run(["git", "-C", str(repo), *args], check=True, env=env, capture_output=True)
+
+
 def _table(tmp_path) -> Path:
     rows = [dict(r, first_seen="2026-01-30", last_seen="2026-03-20", first_commit="0" * 40)
             for r in ix.entries(yaml.safe_load(CONFIG))]
@@ -186,11 +194,7 @@ def test_build_reads_every_version_of_the_file(tmp_path):
     (repo / "configs").mkdir(parents=True)
 
     def git(*args, date):
-        env = {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date, "HOME": str(tmp_path),
-               "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-               "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}
-        subprocess.run(["git", "-C", str(repo), *args], check=True, env=env,
-                       capture_output=True)
+        _git(repo, tmp_path, *args, date=date)
 
     git("init", "-q", date="2026-01-01T00:00:00Z")
     (repo / "configs" / "nvidia-master.yaml").write_text(CONFIG)
@@ -229,8 +233,97 @@ def test_the_shipped_lent_layouts_agree_with_the_runs_stated_elsewhere():
 
 @pytest.mark.parametrize("argv,needle", [
     (["--repo", "/nonexistent"], "not a git clone"),
+    (["--repo", str(ROOT), "--recipes", "/nonexistent"], "--recipes /nonexistent: not a git"),
     (["--repo", ".", "--since", "March"], "is not a date")])
 def test_the_builder_refuses_bad_input_in_one_line(argv, needle, capsys):
     assert ix.main(argv) == 2
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1
+
+
+SGLANG_RECIPE = """
+backend:
+  sglang_config:
+    prefill:
+      tp-size: 8
+      kv-cache-dtype: "fp8_e4m3"
+      ep-num-redundant-experts: 32
+    decode:
+      tp-size: 48
+      kv-cache-dtype: "fp8_e4m3"
+      ep-num-redundant-experts: 32
+"""
+TRTLLM_RECIPE = """
+backend:
+  trtllm_config:
+    prefill:
+      kv_cache_config: { dtype: fp8 }
+      max_batch_size: 16
+    decode:
+      kv_cache_config: { dtype: fp8 }
+      max_batch_size: 128
+      moe_config:
+        load_balancer: { num_slots: 288 }
+"""
+
+
+def _recipes_clone(tmp_path) -> Path:
+    """A git clone shaped as NVIDIA/srt-slurm: an SGLang recipe (the shape of its
+    recipes/gb200-fp8/1k1k/mid-curve.yaml: 48-rank decode, 32 redundant experts, FP8 KV)
+    committed twice, and a TensorRT-LLM one with 288 expert slots."""
+    repo = tmp_path / "srt-slurm"
+    (repo / "recipes" / "trtllm").mkdir(parents=True)
+
+    def git(*args, date):
+        _git(repo, tmp_path, *args, date=date)
+
+    git("init", "-q", date="2026-01-01T00:00:00Z")
+    (repo / "recipes" / "mid-curve.yaml").write_text(SGLANG_RECIPE)
+    (repo / "recipes" / "trtllm" / "ctx1_gen1_dep32_batch128_eplb288_mtp0.yaml").write_text(
+        TRTLLM_RECIPE)
+    git("add", ".", date="2026-01-10T00:00:00Z")
+    git("commit", "-q", "-m", "a", date="2026-01-10T00:00:00Z")
+    (repo / "recipes" / "mid-curve.yaml").write_text(
+        SGLANG_RECIPE.replace("ep-num-redundant-experts: 32", "ep-num-redundant-experts: 16"))
+    git("commit", "-q", "-am", "b", date="2026-03-10T00:00:00Z")
+    return repo
+
+
+def test_a_recipe_is_read_as_committed_when_its_configuration_first_ran(tmp_path):
+    """Read at 2026-02-01 the SGLang recipe is its first version (32 redundant experts);
+    at 2026-04-01 its second (16); an override suffix reads the base file; a path the
+    clone never had gives nothing."""
+    repo = _recipes_clone(tmp_path)
+    first = ix.recipe_settings(repo, "recipes/mid-curve.yaml:override_lowlat[0]", "2026-02-01")
+    assert (first["decode_kv_dtype"], first["prefill_kv_dtype"]) == ("fp8", "fp8")
+    assert (first["prefill_redundant_experts"], first["decode_redundant_experts"]) == (32, 32)
+    assert ix.recipe_settings(repo, "recipes/mid-curve.yaml",
+                              "2026-04-01")["decode_redundant_experts"] == 16
+    trt = ix.recipe_settings(repo, "recipes/trtllm/ctx1_gen1_dep32_batch128_eplb288_mtp0.yaml",
+                             "2026-02-01")
+    assert (trt["decode_expert_slots"], trt["decode_max_batch"], trt["decode_kv_dtype"]) == (
+        288, 128, "fp8")
+    assert ix.recipe_settings(repo, "recipes/none.yaml", "2026-02-01") == {}
+
+
+def test_a_lent_layout_takes_its_recipes_kv_dtype_and_redundant_experts(tmp_path):
+    """The 32-device decode layout of the table, its recipe stating FP8 KV in both pools
+    and 288 expert slots for DeepSeek-R1's 256 experts: the row reads fp8 KV, 32
+    redundant experts, the recipe's batch cap, and drops the note that the KV dtype was
+    not stated."""
+    repo = _recipes_clone(tmp_path)
+    rows = [dict(r, first_seen="2026-01-30", last_seen="2026-03-20", first_commit="0" * 40,
+                 recipe="recipes/trtllm/ctx1_gen1_dep32_batch128_eplb288_mtp0.yaml")
+            for r in ix.entries(yaml.safe_load(CONFIG))]
+    table = tmp_path / "layouts.csv"
+    ix.write(ix.with_recipes(rows, repo), table)
+    src = tmp_path / "silicon_sample.csv"
+    src.write_text(HEADER + _disagg_run(333, 32, "a_c333"))
+    out = tmp_path / "measured.csv"
+    convert(src, out, "0.12.0", table)
+    row = next(csv.DictReader(out.open(newline="")))
+    assert row["precision"] == "nvfp4 w/a, fp8 kv"
+    assert (row["ep_redundant_experts"], row["decode_batch"]) == ("32", "128")
+    assert "KV-cache dtype not stated" not in row["notes"]
+    k = case(row).knobs
+    assert (k["kv_bits"], k["ep_redundant_experts"]) == (8.0, 32.0)
