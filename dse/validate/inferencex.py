@@ -127,21 +127,23 @@ def entries(config: dict) -> list[dict]:
     return out
 
 
+def _git(repo, *args) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
+                          text=True).stdout
+
+
 def build(repo, since: str = "2025-10-01", until: str = "2026-04-30") -> list[dict]:
     """Every distinct row of nvidia-master.yaml's versions committed in [since, until] in
     the local clone ``repo``, with the first and last commit dates it was seen."""
     import yaml
     seen: dict[tuple, dict] = {}
     for path in PATHS:
-        log = subprocess.run(["git", "-C", str(repo), "log", "--reverse", "--format=%H %cs",
-                              f"--since={since}", f"--until={until}", "--", path],
-                             capture_output=True, text=True, check=True).stdout.split("\n")
+        log = _git(repo, "log", "--reverse", "--format=%H %cs", f"--since={since}",
+                   f"--until={until}", "--", path).split("\n")
         for line in filter(None, log):
             commit, date = line.split()
-            text = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{path}"],
-                                  capture_output=True, text=True).stdout
             try:
-                config = yaml.safe_load(text) or {}
+                config = yaml.safe_load(_git(repo, "show", f"{commit}:{path}")) or {}
             except yaml.YAMLError:
                 continue  # a version that did not parse never ran
             for row in entries(config):
@@ -152,11 +154,6 @@ def build(repo, since: str = "2025-10-01", until: str = "2026-04-30") -> list[di
                     seen[key] = dict(row, first_seen=date, last_seen=date,
                                      first_commit=commit)
     return sorted(seen.values(), key=lambda r: tuple(str(r[c]) for c in COLUMNS))
-
-
-def _git(repo, *args) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
-                          text=True).stdout
 
 
 def recipe_settings(recipes, path: str, when: str) -> dict:
