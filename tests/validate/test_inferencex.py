@@ -5,6 +5,7 @@ InferenceX rows leave out."""
 from __future__ import annotations
 
 import csv
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -88,7 +89,7 @@ def _git(repo: Path, home: Path, *args, date: str) -> None:
     """git in ``repo`` with a fixed author and commit date (no user configuration)."""
     env = {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date, "HOME": str(home),
            "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}
+           "GIT_COMMITTER_EMAIL": "t@t", "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     subprocess.run(["git", "-C", str(repo), *args], check=True, env=env, capture_output=True)
 
 
