@@ -159,10 +159,12 @@ def _measurement(row: dict) -> tuple:
             row["silicon_tpot_ms"])
 
 
-def with_twins(runs: list[dict]) -> list[tuple[dict, list[str]]]:
+def with_twins(runs: list[dict], layouts=None) -> list[tuple[dict, list[str]]]:
     """Each run with the notes its twins (the same measurement listed again) call for:
-    the first twin's id, and an ``ANOMALY:`` note where an aggregated run's id
-    contradicts its layout (see the module's docstring)."""
+    the first twin's id, an ``ANOMALY:`` note where an aggregated run's id contradicts
+    its layout (see the module's docstring), and ``MTP:`` where a twin is a run
+    InferenceX launched only with MTP (``layouts``: InferenceX's table, or None): the
+    measurement decoded speculatively whichever row lists it."""
     twins: dict[tuple, list[dict]] = {}
     for run in runs:
         twins.setdefault(_measurement(run), []).append(run)
@@ -183,6 +185,11 @@ def with_twins(runs: list[dict]) -> list[tuple[dict, list[str]]]:
                 notes.append(f"ANOMALY: the id names a tp{named.group(1)} worker, the fields "
                              f"one of {world} devices (tp {run['tp_size']} x attention-DP "
                              f"{run['attention_dp_size']} x pp {run['pp_size'] or 1})")
+        flagged = [t["id"] for t in twins[_measurement(run)]
+                   if others and layouts and _is_mtp(t, layouts)]
+        if flagged and run["id"] not in flagged:
+            notes.append(f"MTP: the same measurement as upstream row {flagged[0]}, which "
+                         "InferenceX ran only with spec-decoding mtp")
         out.append((run, notes))
     return out
 
@@ -197,7 +204,7 @@ def _speculation_of(row: dict, layouts) -> list[str]:
     """Notes on an InferenceX aggregated run's speculative decoding: the configurations
     that ran its layout at its concurrency all decoded with MTP (the row is then not
     scored: the notes state MTP and the acceptance is unknown), or some did and some did
-    not (said, and scored as stated)."""
+    not (``speculative decoding undetermined``: likewise not scored)."""
     from .inferencex import candidates
     found = candidates(row, layouts) if layouts else []
     spec = {r["spec_decoding"] for r in found}
@@ -292,24 +299,6 @@ def _is_mtp(run: dict, layouts) -> bool:
     return bool(found) and all(r["spec_decoding"] == "mtp" for r in found)
 
 
-def _mtp_by_twin(runs: list[dict], layouts) -> dict[str, list[str]]:
-    """Notes for the runs whose twin (the same measurement, :func:`with_twins`) InferenceX
-    ran only with MTP: the measurement decoded speculatively whichever row lists it."""
-    groups: dict[tuple, list[dict]] = {}
-    for run in runs:
-        groups.setdefault(_measurement(run), []).append(run)
-    out: dict[str, list[str]] = {}
-    for group in groups.values():
-        if len(group) < 2:
-            continue
-        flagged = [r["id"] for r in group if _is_mtp(r, layouts)]
-        for run in group:
-            if flagged and run["id"] not in flagged:
-                out[run["id"]] = [f"MTP: the same measurement as upstream row {flagged[0]}, "
-                                  "which InferenceX ran only with spec-decoding mtp"]
-    return out
-
-
 def convert_row(row: dict, version: str, lent: tuple[str, ...] = (),
                 layouts=None) -> list[dict]:
     """The two measured rows (ttft_ms, tpot_ms) of one upstream run (``lent``: what its
@@ -356,8 +345,7 @@ def convert_row(row: dict, version: str, lent: tuple[str, ...] = (),
         clients = int(conc.group(1)) if conc else ""
         if not (out["prefill_workers"] and out["decode_workers"]):
             notes += _lend_layout(row, out, layouts)
-            if any("the recipe's kv" in n or "recipe leaves the KV" in n or "the recipe's "
-                   "KV" in n for n in notes):
+            if any("recipe" in n and "kv-cache dtype" in n.lower() for n in notes):
                 notes = [n for n in notes if not n.startswith("KV-cache dtype not stated")]
     else:
         raise ValueError(f"mode {mode!r} is not agg or disagg")
@@ -389,9 +377,7 @@ def convert(src, dst, version: str, layouts=None) -> int:
     with atomic_path(dst) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, FIELDS, lineterminator="\n")
         writer.writeheader()
-        mtp = _mtp_by_twin(runs, layouts) if layouts else {}
-        for run, lent in with_twins(runs):
-            lent = lent + mtp.get(run["id"], [])
+        for run, lent in with_twins(runs, layouts):
             try:
                 writer.writerows(convert_row(run, version, tuple(lent), layouts))
             except ValueError as e:  # a mode or value a newer release added
