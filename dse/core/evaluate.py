@@ -512,9 +512,10 @@ def evaluate(point, models: ModelSpec, hardware: HardwareSpec, mode: str = "infe
     def run(point, models, hardware):
         return outputs(point, models, hardware, mode, names, features)
 
-    # small intermediates computed once before the grid-sized kernels (dse.core.staging),
-    # in programs over enough points for it to pay (not in shape traces or trial batches)
+    # over many points: small intermediates computed once before the grid-sized kernels;
+    # over few: reused chains computed once, so that XLA compiles them once (dse.core.staging)
     points = math.prod(jnp.broadcast_shapes(*(jnp.shape(x) for x in
                                               jax.tree_util.tree_leaves(point))))
-    out = (staging.staged(run) if points >= staging.MIN_POINTS else run)(point, models, hardware)
+    out = (staging.staged(run) if points >= staging.MIN_POINTS else staging.lean(run))(
+        point, models, hardware)
     return {k: out[k] for k in names}

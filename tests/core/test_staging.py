@@ -177,3 +177,60 @@ def test_phase_sums_add_the_sequence_length_components_last(bench_like, monkeypa
 
     in_order, last = grid_sized_adds(()), grid_sized_adds(("kv_cache", "attention"))
     assert last <= 12 and in_order >= 2 * last, (in_order, last)
+
+
+def chain(x, steps: int):
+    """``steps`` elementwise operations on ``x``: x * 1.5 + 0.25, repeated."""
+    for _ in range(steps // 2):
+        x = x * 1.5 + 0.25
+    return x
+
+
+def reused(x, y):
+    """A long chain read by two outputs, a short chain read by two, a long one read once."""
+    long, short = chain(x, staging.LEAN_COST + 2), chain(y, 2)
+    once = chain(x + y, 2 * staging.LEAN_COST)
+    return long * 2.0, long + short, short * 3.0, once
+
+
+def test_lean_computes_each_reused_costly_chain_once():
+    x, y = (np.linspace(0.5, 1.5, 8, dtype=np.float32).reshape(2, 4) + k for k in (0, 1))
+    # only the long chain read twice: the short one is cheap to copy, the other read once
+    assert _barriered(staging.lean(reused), x, y) == [(2, 4)]
+    assert _barriered(reused, x, y) == []
+    x64, y64 = np.float64(x), np.float64(y)  # by hand: the chain's affine map, in float64
+    steps = (staging.LEAN_COST + 2) // 2
+    long = 1.5 ** steps * x64 + 0.25 * sum(1.5 ** i for i in range(steps))
+    short = 1.5 * y64 + 0.25
+    for got, want in zip(jax.jit(staging.lean(reused))(x, y), (long * 2.0, long + short,
+                                                                short * 3.0)):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    for lean, plain in zip(jax.jit(staging.lean(reused))(x, y), jax.jit(reused)(x, y)):
+        np.testing.assert_allclose(lean, plain, rtol=4 * 2.0 ** -23)
+
+
+def test_lean_function_differentiates_and_vectorizes_like_the_original():
+    x, y = (np.linspace(0.5, 1.5, 8, dtype=np.float32).reshape(2, 4) + k for k in (0, 1))
+
+    def loss(fn):
+        return lambda x: sum(jnp.sum(v) for v in fn(x, y))
+
+    np.testing.assert_allclose(jax.grad(loss(staging.lean(reused)))(x),
+                               jax.grad(loss(reused))(x), rtol=1e-5)
+    batched = jax.vmap(staging.lean(reused), in_axes=(0, None))(np.stack([x, 2 * x]), y)
+    np.testing.assert_allclose(batched[1][1], reused(2 * x, y)[1], rtol=1e-6)
+
+
+def test_small_programs_compute_reused_chains_once(monkeypatch):
+    """The evaluator over a few points goes through :func:`staging.lean` (and the grid
+    staging is left for large grids)."""
+    called = []
+    monkeypatch.setattr(staging, "lean", lambda fn: called.append(fn) or fn)
+    study = parse_study(GRID.format(chunk=1 << 22), "<test>")
+    point = chunk_point(study, plan(study.shape, study.size)[0])
+    assert study.size < staging.MIN_POINTS
+    models, hardware = tables(study)
+    jax.make_jaxpr(functools.partial(evaluate_module.evaluate.__wrapped__, mode=study.mode,
+                                     names=("tpot_s",), features=study.features))(
+        point, models, hardware)
+    assert len(called) == 1
