@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
 import numpy as np
 
@@ -29,21 +30,50 @@ def bar(enabled: bool | None, unit: str = "pt", desc: str | None = None):
                               smoothing=0.1, delay=delay, desc=desc, dynamic_ncols=True)
 
 
+PREPARING = "preparing the evaluator"
+"""The bar's note until the first chunk is done: tracing and compiling the program on a
+first run of a layout (seconds to a minute for the load models), loading it on a later one."""
+
+
 class PointsProgress:
     """A points bar (``make(total)``, or None) advanced per finished chunk, starting from
-    the chunks a resumed run already has."""
+    the chunks a resumed run already has. Until the first chunk ends, the bar says
+    :data:`PREPARING` and its clock runs (refreshed by a thread: nothing else moves it)."""
 
     def __init__(self, make, study, chunks, done=()):
         self.bar = make(study.size) if make is not None else None
         inner = [int(np.prod(study.shape[c.axis + 1:])) for c in chunks]
         self.points = [(c.stop - c.start) * n for c, n in zip(chunks, inner)]
+        self._started, self._lock = threading.Event(), threading.Lock()
         if self.bar is not None and done:
             self.bar.update(sum(self.points[i] for i in done))
+        if self.bar is not None:
+            threading.Thread(target=self._preparing, daemon=True).start()
+
+    def _preparing(self) -> None:
+        delay = float(getattr(self.bar, "delay", 0.0) or 0.0)
+        if self._started.wait(delay):
+            return
+        while True:
+            with self._lock:
+                if self._started.is_set():
+                    return
+                self.bar.set_postfix_str(PREPARING, refresh=True)
+            if self._started.wait(0.5):
+                return
+
+    def _first_done(self) -> None:
+        with self._lock:
+            if not self._started.is_set():
+                self._started.set()
+                self.bar.set_postfix_str("", refresh=False)
 
     def update(self, index: int) -> None:
         if self.bar is not None:
+            self._first_done()
             self.bar.update(self.points[index])
 
     def close(self) -> None:
         if self.bar is not None:
+            self._first_done()
             self.bar.close()

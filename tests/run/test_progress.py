@@ -81,3 +81,15 @@ def test_no_bar_into_a_pipe(tmp_path):
                            str(tmp_path / "r.nc")], capture_output=True, text=True,
                           env=dict(os.environ, DSE_PROGRESS_DELAY="0"), check=True)
     assert "%|" not in done.stderr
+
+
+def test_the_bar_says_the_evaluator_is_being_prepared_until_the_first_chunk(tmp_path):
+    """A first run compiles before any point is done: the bar says so while its clock
+    runs, and drops the note once points come."""
+    study = tmp_path / "bars.toml"
+    study.write_text(STUDY)
+    shown = _run_on_a_terminal(["sweep", str(study), "-o", str(tmp_path / "r.nc")], tmp_path)
+    from dse.run.progress import PREPARING
+
+    assert PREPARING in shown, shown[-500:]
+    assert PREPARING not in shown[shown.rindex("100%"):], shown[-500:]
