@@ -210,7 +210,8 @@ def test_no_cpu_only_switch_reaches_another_backend():
     for platform in ("gpu", "cuda", "rocm", "tpu", "METAL"):
         assert fusion.compiler_options(platform) == {}
     assert fusion.compiler_options("cpu") == {"xla_disable_hlo_passes": "cse_barrier_expander",
-                                              "xla_cpu_experimental_ynn_fusion_type": ""}
+                                              "xla_cpu_experimental_ynn_fusion_type": "",
+                                              "xla_cpu_use_fusion_emitters": False}
 
     def f(x):
         (y,) = fusion.computed_once(jnp.exp(x) * 3)
