@@ -47,7 +47,9 @@ class PointsProgress:
         self._started, self._lock = threading.Event(), threading.Lock()
         if self.bar is not None and done:
             self.bar.update(sum(self.points[i] for i in done))
-        if self.bar is not None:
+        # a bar is only asked for update(n) and close(); tqdm's can also take a note
+        self._note = getattr(self.bar, "set_postfix_str", None)
+        if self._note is not None:
             threading.Thread(target=self._preparing, daemon=True).start()
 
     def _preparing(self) -> None:
@@ -58,7 +60,7 @@ class PointsProgress:
             with self._lock:
                 if self._started.is_set():
                     return
-                self.bar.set_postfix_str(PREPARING, refresh=True)
+                self._note(PREPARING, refresh=True)
             if self._started.wait(0.5):
                 return
 
@@ -66,7 +68,8 @@ class PointsProgress:
         with self._lock:
             if not self._started.is_set():
                 self._started.set()
-                self.bar.set_postfix_str("", refresh=False)
+                if self._note is not None:
+                    self._note("", refresh=False)
 
     def update(self, index: int) -> None:
         if self.bar is not None:
