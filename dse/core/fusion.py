@@ -37,9 +37,9 @@ CPU_OPTIONS = {"xla_disable_hlo_passes": "cse_barrier_expander",
 fusions emitted by XLA's elemental IR emitter rather than its MLIR fusion emitters (which
 compile each kernel through an MLIR pipeline of its own: the serving-load example's
 ~1,100 kernels compile in 18 s instead of 30 s; a streamed 1e8-point reduction runs
-within a few percent of either, docs/performance.md), and no YNNPACK fusions. jaxlib 0.10.2 and 0.11.0 hand some elementwise/transpose/reduce fusions
-of rank 7-8 to YNNPACK's slinky pipelines, which crash on x86-64 (SIGSEGV on AMD EPYC and
-AVX2-only hosts, a hang on others; jax-ml/jax#39257 and #40412): the serving load
+within 7% of either, docs/performance.md), and no YNNPACK fusions. jaxlib 0.10.2 and
+0.11.0 hand some elementwise/transpose/reduce fusions of rank 7-8 to YNNPACK's slinky
+pipelines, which crash on x86-64 (SIGSEGV on AMD EPYC and AVX2-only hosts, a hang on others; jax-ml/jax#39257 and #40412): the serving load
 model's closed loop and the example studies died of it on such a host. XLA's own
 emitters compute the same values (tests/core/test_fusion_options.py)."""
 

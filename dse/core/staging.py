@@ -49,12 +49,22 @@ def staged(fn):
     vmappable like ``fn`` (the barrier has both rules).
     """
 
+    def run(jaxpr, consts, leaves):
+        largest = max((_size(v) for e in jaxpr.eqns for v in e.outvars), default=0)
+        return _run(jaxpr, consts, leaves, largest // SHARE)
+
+    return _re_emitted(fn, run)
+
+
+def _re_emitted(fn, run):
+    """``fn`` traced on each call's arguments and its jaxpr evaluated by ``run(jaxpr,
+    consts, leaves) -> output leaves`` (which binds the equations again, barriers added)."""
+
     def wrapped(*args):
         leaves, tree = jax.tree_util.tree_flatten(args)
         closed, shapes = jax.make_jaxpr(
             lambda *xs: fn(*jax.tree_util.tree_unflatten(tree, xs)), return_shape=True)(*leaves)
-        largest = max((_size(v) for e in closed.jaxpr.eqns for v in e.outvars), default=0)
-        out = _run(closed.jaxpr, closed.consts, leaves, largest // SHARE)
+        out = run(closed.jaxpr, closed.consts, leaves)
         return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), out)
 
     return wrapped
@@ -136,14 +146,8 @@ def lean(fn):
     the extra stores cost nothing. As with :func:`staged`, only fusion boundaries move.
     """
 
-    def wrapped(*args):
-        leaves, tree = jax.tree_util.tree_flatten(args)
-        closed, shapes = jax.make_jaxpr(
-            lambda *xs: fn(*jax.tree_util.tree_unflatten(tree, xs)), return_shape=True)(*leaves)
-        out, _ = _run_lean(closed.jaxpr, closed.consts, leaves, [0] * len(leaves))
-        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), out)
-
-    return wrapped
+    return _re_emitted(fn, lambda jaxpr, consts, leaves: _run_lean(
+        jaxpr, consts, leaves, [0] * len(leaves))[0])
 
 
 def _run_lean(jaxpr, consts, args, costs) -> tuple[list, list]:
