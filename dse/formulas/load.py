@@ -387,7 +387,7 @@ def _solve(step, nodes: _Nodes, load: Load, closed, iterations: int) -> _State:
         # throughput; the open loop's arrivals keep fewer requests decoding than pinned
         high = jnp.where(closed, p["over"] | (s.x * (t["prefill"] + t["decode_time"]) > n_target),
                          s.x * nodes.mean_decode * s.tpot < s.pinned)
-        here = jnp.log(jnp.where(closed, s.x, s.pinned))
+        here = jnp.log(jnp.maximum(jnp.where(closed, s.x, s.pinned), 1e-30))  # (pinned 0: unused)
         lo = jnp.where(decide & ~high, here, lo)
         hi = jnp.where(decide & high, here, hi)
         # the next trial starts from the mean field of the last trial that fitted: the

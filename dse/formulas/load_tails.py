@@ -20,6 +20,8 @@ The quantiles come from one bisection in log time over every percentile at once.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,6 +32,7 @@ PERCENTILES = (0.5, 0.9, 0.99)
 BISECTIONS = 28
 CO_NODES = 4  # prompts arriving with it: 0, 1, 2 and the tail
 WAIT_NODES = 4  # the wait's quantile nodes (beside its atom at 0)
+SMOOTH = 1e-4  # an atom's spread (share of t) in the percentiles' derivatives
 
 
 def _interp_log(xq, x, y):
@@ -109,10 +112,12 @@ def tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed) -
     w3 = weight[:, :, None] * wait_w[None, None]
     width3 = width[:, :, None]
 
-    def ttft_cdf(v):  # v: the point axes, with any leading axes of its own
+    def ttft_at(par, v, smooth=0.0):  # v: the point axes, with any leading axes of its own
+        w3, start, width3 = par
         lead = jnp.ndim(v) - rank
         v = jnp.reshape(v, jnp.shape(v)[:lead] + (1, 1, 1) + jnp.shape(v)[lead:])
-        return jnp.sum(w3 * q.ramp_cdf(v, start, width3), (lead, lead + 1, lead + 2))
+        return jnp.sum(w3 * q.ramp_cdf(v, start, jnp.maximum(width3, smooth * v)),
+                       (lead, lead + 1, lead + 2))
 
     # TPOT at the output quantile nodes
     n = jnp.maximum(nodes.decode, 1.0)
@@ -132,7 +137,9 @@ def tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed) -
     live = jnp.where(nodes.decode_q > 0.5, qw, 0.0)
     live = live / jnp.maximum(jnp.sum(live, 0), 1e-30)
 
-    def tpot_cdf(v):
+    def tpot_at(par, v, smooth=0.0):
+        live, shift, mu, sigma = par
+        sigma = jnp.maximum(sigma, smooth)
         lead = jnp.ndim(v) - rank
         v = jnp.reshape(v, jnp.shape(v)[:lead] + (1,) + jnp.shape(v)[lead:])
         return jnp.sum(live * q.lognormal_cdf(v - shift, mu, sigma), lead)
@@ -144,10 +151,16 @@ def tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed) -
     dq = nodes.decode_q
     mu_e, sigma_e = q.lognormal_params(mean_t + dq * tpot_q, var_t + dq ** 2 * var_q)
 
-    def e2e_cdf(v):
+    def e2e_at(par, v, smooth=0.0):
+        qw, mu_e, sigma_e = par
+        sigma_e = jnp.maximum(sigma_e, smooth)
         lead = jnp.ndim(v) - rank
         v = jnp.reshape(v, jnp.shape(v)[:lead] + (1,) + jnp.shape(v)[lead:])
         return jnp.sum(qw * q.lognormal_cdf(v, mu_e, sigma_e), lead)
+
+    cdfs = (ttft_at, tpot_at, e2e_at)
+    # (what they read is in their parameters: _quantiles' derivative closes over no array)
+    params = ((w3, start, width3), (live, shift, mu, sigma), (qw, mu_e, sigma_e))
 
     bounds = (
         (jnp.maximum(jnp.min(start, (0, 1, 2)) * 0.5, 1e-9),
@@ -156,27 +169,48 @@ def tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed) -
          shift + (jnp.max(tpot_q, 0) - shift) * 20.0 + 1e-9),
         (mean_t * 0.2 + 1e-9, (mean_t + jnp.max(dq * tpot_q, 0)) * 4.0 + 1e-9))
     probs = (PERCENTILES, PERCENTILES, PERCENTILES)
-    found = _quantiles((ttft_cdf, tpot_cdf, e2e_cdf), probs, bounds, rank)
-    ttft_p, tpot_p, e2e_p = found
+    ttft_p, tpot_p, e2e_p = _quantiles(cdfs, probs, rank, params, bounds)
     return dict(ttft_p50_s=ttft_p[0], ttft_p90_s=ttft_p[1], ttft_p99_s=ttft_p[2],
                 tpot_p50_s=tpot_p[0], tpot_p90_s=tpot_p[1], tpot_p99_s=tpot_p[2],
-                e2e_p50_s=e2e_p[0], e2e_p90_s=e2e_p[1], e2e_p99_s=e2e_p[2], ttft_cdf=ttft_cdf,
-                tpot_cdf=tpot_cdf)
+                e2e_p50_s=e2e_p[0], e2e_p90_s=e2e_p[1], e2e_p99_s=e2e_p[2],
+                ttft_cdf=lambda v: ttft_at(params[0], v), tpot_cdf=lambda v: tpot_at(params[1], v))
 
 
-def _quantiles(cdfs, probs, bounds, rank: int):
-    """Every quantile of every distribution by one bisection in log time."""
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
+def _quantiles(cdfs, probs, rank: int, params, bounds):
+    """Every quantile of every distribution by one bisection in log time: ``cdfs[i](params[i],
+    t)`` at ``probs[i]`` within ``bounds[i]`` (one array per distribution, the
+    probabilities leading).
+
+    Derivatives are implicit (the bisection's own would be its bracket's): where F(t; p)
+    = P, dt = -(dF/dp . dp) / (dF/dt) at the quantile found, each CDF called with
+    ``smooth`` = :data:`SMOOTH` (its atoms spread over that share of t, or that log-scale
+    spread at least): a quantile at an atom (the closed loop's TTFT is a sum of steps)
+    moves with the atom, where the CDF itself is flat on either side."""
     targets = [q.lead(list(ps), rank) for ps in probs]
     init = tuple((jnp.log(lo)[None] + 0.0 * tg, jnp.log(hi)[None] + 0.0 * tg)
                  for (lo, hi), tg in zip(bounds, targets))
 
     def body(_, brackets):
         out = []
-        for cdf, tg, (a, b) in zip(cdfs, targets, brackets):
+        for cdf, par, tg, (a, b) in zip(cdfs, params, targets, brackets):
             m = 0.5 * (a + b)
-            below = cdf(jnp.exp(m)) < tg
+            below = cdf(par, jnp.exp(m)) < tg
             out.append((jnp.where(below, m, a), jnp.where(below, b, m)))
         return tuple(out)
 
     brackets = jax.lax.fori_loop(0, BISECTIONS, body, init)
-    return [jnp.exp(0.5 * (a + b)) for a, b in brackets]
+    return tuple(jnp.exp(0.5 * (a + b)) for a, b in brackets)
+
+
+@_quantiles.defjvp
+def _quantiles_jvp(cdfs, probs, rank, primals, tangents):
+    params, bounds = primals
+    found = _quantiles(cdfs, probs, rank, params, bounds)
+    out = []
+    for cdf, par, dpar, t in zip(cdfs, params, tangents[0], found):
+        _, by_par = jax.jvp(lambda p_: cdf(p_, t, SMOOTH), (par,), (dpar,))
+        _, by_t = jax.jvp(lambda t_: cdf(par, t_, SMOOTH), (t,), (jnp.ones_like(t),))
+        steep = by_t > 0.0
+        out.append(jnp.where(steep, -by_par / jnp.where(steep, by_t, 1.0), 0.0))
+    return found, tuple(out)

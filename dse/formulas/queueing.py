@@ -64,13 +64,20 @@ def normal_nodes(n: int, rank: int):
     return lead(z, rank), lead(w, rank)
 
 
+def root(x):
+    """sqrt(x) for x >= 0 with a zero derivative at 0, where sqrt's is infinite (times a
+    zero tangent: NaN in forward mode). Values are sqrt's, bit for bit."""
+    pos = x > 0.0
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, x, 1.0)), 0.0)
+
+
 def lognormal_nodes(mean, cv2, n: int = 8):
     """Gauss-Hermite nodes and weights of a lognormal with ``mean`` and squared coefficient
     of variation ``cv2`` (cv2 = 0: a point mass). Nodes lead: shape (n,) + broadcast."""
     z, w = _hermite(n)
     rank = max(jnp.ndim(mean), jnp.ndim(cv2))
     s2 = jnp.log1p(jnp.maximum(cv2, 0.0))
-    nodes = jnp.maximum(mean, 1e-30) * jnp.exp(-s2 / 2.0 + jnp.sqrt(s2) * lead(z, rank))
+    nodes = jnp.maximum(mean, 1e-30) * jnp.exp(-s2 / 2.0 + root(s2) * lead(z, rank))
     return nodes, lead(w, rank)
 
 
@@ -79,7 +86,7 @@ def lognormal_quantile_nodes(mean, cv2):
     lead); the bins' probabilities are :data:`QUANTILE_WEIGHTS`."""
     rank = max(jnp.ndim(mean), jnp.ndim(cv2))
     s2 = jnp.log1p(jnp.maximum(cv2, 0.0))
-    return jnp.maximum(mean, 1e-30) * jnp.exp(-s2 / 2.0 + jnp.sqrt(s2) * lead(_QUANTILE_Z, rank))
+    return jnp.maximum(mean, 1e-30) * jnp.exp(-s2 / 2.0 + root(s2) * lead(_QUANTILE_Z, rank))
 
 
 def erlang_c(servers, offered):
@@ -102,7 +109,7 @@ def busy_probability(arrivals, mean_work, second_moment, capacity, terms: int = 
     rank = max(jnp.ndim(arrivals), jnp.ndim(mean_work), jnp.ndim(capacity))
     k = lead(np.arange(1, terms + 1, dtype=float), rank)
     mu = k * (arrivals * mean_work - capacity)
-    sd = jnp.sqrt(k * arrivals * second_moment) + 1e-30
+    sd = root(k * arrivals * second_moment) + 1e-30
     return 1.0 - jnp.exp(-jnp.sum(ndtr(mu / sd) / k, axis=0))
 
 
@@ -129,23 +136,7 @@ def lognormal_params(mean, var):
     """(mu, sigma) of the lognormal with that mean and variance."""
     mean = jnp.maximum(mean, 1e-30)
     s2 = jnp.log1p(jnp.maximum(var, 0.0) / (mean * mean))
-    return jnp.log(mean) - s2 / 2.0, jnp.sqrt(s2)
-
-
-def mixture_quantiles(cdf, probabilities, lo, hi, iterations: int = 36):
-    """Quantiles of a distribution with ``cdf(t)`` (t broadcast against the point axes),
-    by bisection in log t within [lo, hi]; one array per probability."""
-    out = []
-    for q in probabilities:
-        def body(_, bracket):
-            a, b = bracket
-            m = 0.5 * (a + b)
-            below = cdf(jnp.exp(m)) < q
-            return jnp.where(below, m, a), jnp.where(below, b, m)
-
-        a, b = jax.lax.fori_loop(0, iterations, body, (jnp.log(lo), jnp.log(hi)))
-        out.append(jnp.exp(0.5 * (a + b)))
-    return out
+    return jnp.log(mean) - s2 / 2.0, root(s2)
 
 
 def ramp_cdf(t, start, width):
