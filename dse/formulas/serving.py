@@ -246,18 +246,18 @@ def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Se
     slo_tpot = sv.tpot_slo_s * spec_tokens
 
     def body(i, carry):
-        state, fitted, lo, hi, edge, kept_old, got_old = carry
+        state, fitted, lo, hi, edge, kept_old, got_old, taken = carry
         h, cv, reload = state
         searching = i < SESSION_SEARCH * SESSION_INNER
         decide = searching & (i % SESSION_INNER == SESSION_INNER - 1)
         # the bisection's trials (SESSION_INNER relaxations each, the last deciding),
         # then relaxations at the last trial that fitted
         rate = jnp.where(closed, jnp.exp(jnp.where(searching, 0.5 * (lo + hi), lo)), open_rate)
-        # (derivatives hold the load and the caches where the loop put them: the load
-        # model is not differentiable in its rate or its prefix share, and the bisection's
-        # bracket would carry a spurious one; the step's hardware derivatives flow)
+        # (derivatives hold the trial rate: a bisection has none of its own, and a
+        # closed loop's sensitivities are finite differences, dse.sensitivity; an open
+        # loop's rate is the study's, its caches' relaxations carry their derivatives)
         rate = jax.lax.stop_gradient(rate)
-        res = run(*map(jax.lax.stop_gradient, (h, cv)), rate)
+        res = run(h, cv, rate)
         c = caches(res, reload)
         target = ss.sessions / k * turns / jnp.maximum(
             turns * (res["e2e_s"] + reload) + (turns - 1.0) * ss.think_s, 1e-30)
@@ -304,10 +304,15 @@ def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Se
         state = tuple(jnp.where(closed, jnp.where(decide, s0, jnp.where(
             searching | good, p_, f)), r) for s0, p_, r, f in zip(first, passed, relaxed, fitted))
 
+        # (an open load that overloads every relaxation keeps its last: overloaded, not
+        # the blank start)
+        take = take | ((i == SESSION_SEARCH * SESSION_INNER + SESSION_RELAX - 1) & ~taken)
+
         def keep(new, old):
             return {k_: jnp.where(take, new[k_], old[k_]) for k_ in new}
 
-        return state, fitted, lo, hi, edge, keep(kept, kept_old), keep(got, got_old)
+        return (state, fitted, lo, hi, edge, keep(kept, kept_old), keep(got, got_old),
+                taken | take)
 
     # the caches' first guess: no load (no running requests, no waits), turns at the
     # rate of their decode steps at batch 1 (the closed loop: its bracket's middle)
@@ -320,8 +325,8 @@ def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Se
                                  "wait")}
     first = (zero + h0, zero + c0.computed_cv, zero)
     init = (first, first, zero + top - 9.2, zero + top, zero > 1.0, blank,
-            {f: zero for f in parts})
-    _, _, lo, hi, _, kept, got = jax.lax.fori_loop(
+            {f: zero for f in parts}, zero > 1.0)
+    _, _, lo, hi, _, kept, got, _ = jax.lax.fori_loop(
         0, SESSION_SEARCH * SESSION_INNER + SESSION_RELAX, body, init)
     c = sessions.Cache(**got, tau=None)
     rate = kept.pop("rate")

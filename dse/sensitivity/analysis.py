@@ -98,7 +98,9 @@ def _elasticities(study: Study, cfg: SensitivityConfig, progress=None) -> xr.Dat
     budget = max(1, (study.output.chunk_points or DEFAULT_CHUNK_POINTS)
                  // (6 * len(cfg.params)))
     study = dataclasses.replace(study, output=dataclasses.replace(study.output, chunk_points=budget))
-    spec = Spec(study.mode, cfg.metrics, cfg.params, cfg.delta, EPS[study.dtype], study.features)
+    closed = study.has_sessions and all(v > 0 for v in study.values("sessions"))
+    spec = Spec(study.mode, cfg.metrics, cfg.params, cfg.delta, EPS[study.dtype], study.features,
+                closed)
     fn = kept(functools.partial(sensitivities, spec=spec),
               "sensitivities|" + programs.canonical(spec))
     meta = elasticity_variables(cfg, study.mode)
@@ -117,7 +119,8 @@ def _elasticities(study: Study, cfg: SensitivityConfig, progress=None) -> xr.Dat
     ds = ds.assign(variables)
     ds.attrs.update(delta=cfg.delta, title=f"dse sensitivity of study {study.name!r}",
                     method="forward-mode autodiff (one-sided JVPs at p(1 +- eps)); memory "
-                           "capacity: central finite difference over +-delta")
+                           "capacity and closed loops of agentic sessions: central finite "
+                           "difference over +-delta")
     return ds
 
 

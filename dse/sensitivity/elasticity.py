@@ -16,7 +16,12 @@ feasibility changes between the two, so the linear prediction cannot be trusted 
 
 Memory capacity acts only through discrete outputs (fits, max_batch): its entry is the
 central finite difference over +-delta, not a derivative (continuous metrics have
-elasticity 0 to it, which the finite difference also shows).
+elasticity 0 to it, which the finite difference also shows). So is every entry of a
+closed loop of agentic sessions (``sessions`` > 0): its turn rate is found by bisection,
+which has no derivative, and a derivative at the rate held misses the loop's answer to
+the hardware (a faster device serves more turns, which queue more; at the engine's limit
+Little's law turns the saved time into waiting). A study whose every point is such a loop
+(``Spec.differences``) compiles no JVP at all.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ class Spec(NamedTuple):
     delta: float
     eps: float
     features: frozenset
+    differences: bool = False  # every point a closed session loop: finite differences only
 
 
 @jit(static_argnames=("spec",))
@@ -100,16 +106,24 @@ def sensitivities(point, models, hardware, spec: Spec) -> dict:
         value, tangent = jax.jvp(f, (u,), (direction,))
         return {m: tangent[m] * jnp.dot(u, direction) / value[m] for m in metrics}
 
-    slopes = jax.vmap(slope)(jnp.concatenate([ones + eps * eye, ones - eps * eye]),
-                             jnp.concatenate([eye, eye]))
-    up = {m: v[:n] for m, v in slopes.items()}
-    down = {m: v[n:] for m, v in slopes.items()}
+    # central finite differences over +-delta, every parameter
+    fd = {m: (jnp.log(plus[m]) - jnp.log(minus[m])) / (jnp.log1p(delta) - jnp.log1p(-delta))
+          for m in metrics}
+    if spec.differences:
+        up, down = fd, fd
+    else:
+        slopes = jax.vmap(slope)(jnp.concatenate([ones + eps * eye, ones - eps * eye]),
+                                 jnp.concatenate([eye, eye]))
+        up = {m: v[:n] for m, v in slopes.items()}
+        down = {m: v[n:] for m, v in slopes.items()}
     if "memory" in params:  # a discrete effect: central finite difference over +-delta
         i = params.index("memory")
-        fd = {m: (jnp.log(plus[m][i]) - jnp.log(minus[m][i]))
-              / (jnp.log1p(delta) - jnp.log1p(-delta)) for m in metrics}
-        up = {m: up[m].at[i].set(fd[m]) for m in metrics}
-        down = {m: down[m].at[i].set(fd[m]) for m in metrics}
+        up = {m: up[m].at[i].set(fd[m][i]) for m in metrics}
+        down = {m: down[m].at[i].set(fd[m][i]) for m in metrics}
+    if "sessions" in features and not spec.differences:  # closed session loops: differences
+        closed = point.sessions > 0
+        up = {m: jnp.where(closed, fd[m], up[m]) for m in metrics}
+        down = {m: jnp.where(closed, fd[m], down[m]) for m in metrics}
 
     out = {}
     split = jnp.zeros((), bool)

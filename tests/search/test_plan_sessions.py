@@ -50,3 +50,18 @@ def test_a_closed_loop_of_sessions_is_not_planned():
     study = dse.parse_study(STUDY.replace("session_rate = 1", "sessions = 8"))
     with pytest.raises(InputError, match="session_rate"):
         dse.plan(study, rate=3.0)
+
+
+def test_an_open_session_load_past_capacity_is_overloaded():
+    """Every relaxation of an open session load past the replicas' capacity overloads the
+    engine: the point is marked overloaded with no latency (before, it kept the loop's
+    blank start: TTFT the frontend alone, throughput 0, marked valid)."""
+    ds = dse.sweep(dse.parse_study(STUDY.replace("session_rate = 1", "session_rate = [0.1, 1000]")
+                                   .replace('routing = ["random", "prefix-aware"]',
+                                            'routing = "prefix-aware"')
+                                   .replace("kv_dram_bytes = [0, 200e9]", "kv_dram_bytes = 0")))
+    ok, over = (ds.sel(session_rate=r) for r in (0.1, 1000))
+    assert bool(ok["valid"]) and np.isfinite(float(ok["ttft_s"]))
+    assert not bool(over["valid"])
+    assert "overloaded" in dse.schema.reason_names(int(over["reason"]))
+    assert np.isnan(float(over["ttft_s"])) and float(over["request_throughput_req_s"]) > 0.0
