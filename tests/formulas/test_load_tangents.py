@@ -1,7 +1,7 @@
 """Derivatives of the load model (dse sensitivity's forward mode) against central finite
 differences of the same function in float64: the means through the fixed point, the
 percentiles through their implicit derivative (the bisection that finds them has none of
-its own), in open and closed loops. Before, the open loop's tangents were NaN (sqrt at a
+its own), in open and closed loops. Before, the latencies' tangents were NaN in both (sqrt at a
 point mass, log of an unpinned batch) and the percentiles' were their bracket's (up to
 2.7x off)."""
 
