@@ -98,7 +98,8 @@ def _elasticities(study: Study, cfg: SensitivityConfig, progress=None) -> xr.Dat
     budget = max(1, (study.output.chunk_points or DEFAULT_CHUNK_POINTS)
                  // (6 * len(cfg.params)))
     study = dataclasses.replace(study, output=dataclasses.replace(study.output, chunk_points=budget))
-    closed = study.has_sessions and all(v > 0 for v in study.values("sessions"))
+    # (a study's session load is one kind, closed or open: dse.study checks it)
+    closed = study.has_sessions and any(v > 0 for v in study.values("sessions"))
     spec = Spec(study.mode, cfg.metrics, cfg.params, cfg.delta, EPS[study.dtype], study.features,
                 closed)
     fn = kept(functools.partial(sensitivities, spec=spec),

@@ -20,7 +20,7 @@ elasticity 0 to it, which the finite difference also shows). So is every entry o
 closed loop of agentic sessions (``sessions`` > 0): its turn rate is found by bisection,
 which has no derivative, and a derivative at the rate held misses the loop's answer to
 the hardware (a faster device serves more turns, which queue more; at the engine's limit
-Little's law turns the saved time into waiting). A study whose every point is such a loop
+Little's law turns the saved time into waiting). A study of such loops
 (``Spec.differences``) compiles no JVP at all.
 """
 
@@ -69,7 +69,7 @@ class Spec(NamedTuple):
     delta: float
     eps: float
     features: frozenset
-    differences: bool = False  # every point a closed session loop: finite differences only
+    differences: bool = False  # closed session loops: finite differences only
 
 
 @jit(static_argnames=("spec",))
@@ -120,10 +120,6 @@ def sensitivities(point, models, hardware, spec: Spec) -> dict:
         i = params.index("memory")
         up = {m: up[m].at[i].set(fd[m][i]) for m in metrics}
         down = {m: down[m].at[i].set(fd[m][i]) for m in metrics}
-    if "sessions" in features and not spec.differences:  # closed session loops: differences
-        closed = point.sessions > 0
-        up = {m: jnp.where(closed, fd[m], up[m]) for m in metrics}
-        down = {m: jnp.where(closed, fd[m], down[m]) for m in metrics}
 
     out = {}
     split = jnp.zeros((), bool)
