@@ -25,10 +25,16 @@ measurements behind these thresholds.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import jax
 from jax.extend import core as jcore
+
+try:  # JAX's own (private) way to bind at a recorded location, as jax.core.eval_jaxpr does
+    from jax._src import source_info_util as _source_info
+except ImportError:  # pragma: no cover - a JAX without it: locations are the re-emitter's
+    _source_info = None
 
 RATIO = 16  # expansion from which an intermediate is computed once
 SHARE = 4  # kernels of at least 1/SHARE of the largest value get staged inputs
@@ -68,6 +74,24 @@ def _re_emitted(fn, run):
         return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), out)
 
     return wrapped
+
+
+def _bind(eqn, values) -> list:
+    """``eqn`` bound again on ``values`` (its outputs, as a list), at the source location it
+    was traced at: the compiled program's metadata (XLA dumps, profiles) names the
+    formula's line, not the re-emitter's."""
+    params = eqn.primitive.get_bind_params(eqn.params)
+    subfuns, params = params if isinstance(params, tuple) else ((), params)
+    with _located(eqn):
+        outs = eqn.primitive.bind(*subfuns, *values, **params)
+    return list(outs) if eqn.primitive.multiple_results else [outs]
+
+
+def _located(eqn):
+    if _source_info is None:
+        return contextlib.nullcontext()
+    return _source_info.user_context(eqn.source_info.traceback,
+                                     name_stack=eqn.source_info.name_stack)
 
 
 def _size(var) -> int:
@@ -110,11 +134,7 @@ def _run(jaxpr, consts, args, large: int, worked=None) -> list:
             outs = _run(inner.jaxpr, inner.consts, values, large,
                         [took_work(a) for a in eqn.invars])
         else:
-            params = eqn.primitive.get_bind_params(eqn.params)
-            subfuns, params = params if isinstance(params, tuple) else ((), params)
-            outs = eqn.primitive.bind(*subfuns, *values, **params)
-            if not eqn.primitive.multiple_results:
-                outs = [outs]
+            outs = _bind(eqn, values)
         work = eqn.primitive.name not in _MOVES or any(map(took_work, eqn.invars))
         for var, value in zip(eqn.outvars, outs):
             env[var] = value
@@ -175,10 +195,7 @@ def _run_lean(jaxpr, consts, args, costs) -> tuple[list, list]:
             outs, out_costs = _run_lean(inner.jaxpr, inner.consts, values,
                                         [behind(a) for a in eqn.invars])
         else:
-            params = eqn.primitive.get_bind_params(eqn.params)
-            subfuns, params = params if isinstance(params, tuple) else ((), params)
-            outs = eqn.primitive.bind(*subfuns, *values, **params)
-            outs = list(outs) if eqn.primitive.multiple_results else [outs]
+            outs = _bind(eqn, values)
             own = 0 if name in _MATERIALIZED else 1 + sum(map(behind, eqn.invars))
             out_costs = [own] * len(outs)
         reused = [i for i, (v, c) in enumerate(zip(eqn.outvars, out_costs))

@@ -54,6 +54,59 @@ def _times(ratio: float) -> str:
     return f"{ratio:.3g}x" if ratio >= 1.0 else f"1/{1.0 / ratio:.3g}x"
 
 
+# grids small enough to evaluate again under the roofline's tables rather than compile a
+# program for the shown points: a serving-load point costs ~1 ms to evaluate and its
+# program 10-30 s to compile, a static point ~1e-7 s and its program a few seconds
+REEVALUATED_POINTS = {"load": 4096, "static": 1 << 20}
+
+
+def _on_the_grid(study, twin, names, columns, ds) -> dict | None:
+    """The plain roofline's ``names`` at the shown points (``columns``) through the
+    program that evaluated the study's grid (kept by dse.core.programs: no compile): the
+    whole grid again, under the roofline's tables with the study's measured surfaces in
+    them (each device's ``kernel_table`` is -1, so no matmul reads them: the values are
+    the roofline's). None where that is not the same program (more than one chunk, a
+    search's trials, tables of another layout) or the grid is too large to evaluate again.
+    """
+    import jax
+
+    from ..core.evaluator import Evaluator
+    from ..core.tables import tables
+    from .chunks import chunk_budget, chunk_point, plan
+
+    limit = REEVALUATED_POINTS["load" if "load" in study.features else "static"]
+    dims = [a.name for a in study.dims]
+    chunks = plan(study.shape, chunk_budget(study))
+    if (study.size > limit or len(chunks) != 1 or study.pipeline is not None
+            or any(size > 1 and d not in ds.dims for d, size in zip(dims, study.shape))):
+        return None
+    try:
+        index = [[list(study.values(d)).index(v) for v in columns[d]] for d in dims]
+    except ValueError:  # a value the study's axis does not hold (an edited Dataset)
+        return None
+    models, hardware = tables(study)
+    twin_models, twin_hardware = tables(twin)
+    if hasattr(hardware, "gemm_surface"):
+        twin_hardware = dataclasses.replace(twin_hardware, gemm_surface=hardware.gemm_surface,
+                                            moe_surface=hardware.moe_surface)
+    layout = [(np.shape(x), np.asarray(x).dtype) for x in jax.tree_util.tree_leaves(
+        (models, hardware))]
+    if (jax.tree_util.tree_structure((models, hardware))
+            != jax.tree_util.tree_structure((twin_models, twin_hardware))
+            or layout != [(np.shape(x), np.asarray(x).dtype) for x in jax.tree_util.tree_leaves(
+                (twin_models, twin_hardware))]):
+        return None
+    evaluator = Evaluator.of(twin)  # the study's outputs: the sweep's program
+    full = evaluator(chunk_point(twin, chunks[0]), twin_models, twin_hardware)
+    out = {}
+    for name in names:
+        array = np.asarray(full[name])
+        array = array.reshape((1,) * (len(dims) - array.ndim) + array.shape)
+        at = tuple(np.minimum(np.asarray(i), size - 1) for i, size in zip(index, array.shape))
+        out[name] = array[at]
+    return out
+
+
 def compare(study, ds: xr.Dataset, k: int = 5) -> list[dict]:
     """For each of the first ``k`` points a summary of ``ds`` shows: its axis values,
     every :data:`COMPARED` metric calibrated and on the roofline, and both regimes.
@@ -75,8 +128,10 @@ def compare(study, ds: xr.Dataset, k: int = 5) -> list[dict]:
     twin = roofline_twin(study)
     names = tuple(metrics) + ("valid", "regime") + (
         ("dominant_phase",) if mode == "inference" else ())
-    out = {n: np.asarray(v) for n, v in Evaluator.of(twin, names=names)(
-        trial_point(twin, columns)).items()}
+    out = _on_the_grid(study, twin, names, columns, ds)
+    if out is None:
+        out = {n: np.asarray(v) for n, v in Evaluator.of(twin, names=names)(
+            trial_point(twin, columns)).items()}
     n = len(rows)
     compared = []
     for i, (index, row) in enumerate(rows):

@@ -10,6 +10,8 @@ import pytest
 from dse.formulas import parts
 from dse.formulas.types import Part
 from dse.results.summary import sweep_summary
+from dse.core import programs
+from dse.run import regime
 from dse.run.regime import compare, disagreement
 from dse.run.sweep import sweep
 from dse.sensitivity import sensitivity
@@ -132,7 +134,7 @@ def test_agreeing_answers_print_no_disagreement_line():
     assert disagreement_line(one) is None
 
 
-def test_summary_rows_show_the_bound_and_the_roofline_twin_is_compared():
+def test_summary_rows_show_the_bound_and_the_roofline_twin_is_compared(monkeypatch):
     """The README's study shape under the generic fit: each summary row ends with its
     bound, and compare() re-evaluates the shown points on the plain roofline, whose
     times are never longer (every efficiency 1, no overheads)."""
@@ -149,11 +151,20 @@ output_len = 256
     ds = sweep(study, progress=False)
     summary = sweep_summary(ds, 1.0)
     assert "bound" in summary and "decode: memory" in summary
+    loaded = len(programs._LOADED)
     rows = compare(study, ds)
     assert len(rows) == 2
     for row in rows:
         assert row["roofline"]["tpot_s"] <= row["calibrated"]["tpot_s"]
         assert row["roofline"]["ttft_s"] <= row["calibrated"]["ttft_s"]
+    # the twin ran through the sweep's own program (the roofline's tables with the study's
+    # surfaces in them, unread): nothing compiled, and the values those of a program of
+    # the shown points alone, bit for bit
+    assert study.calibration is not None and ds.attrs.get("kernel_tables")
+    assert programs.directory() is not None  # (the test run keeps programs: conftest)
+    assert len(programs._LOADED) == loaded
+    monkeypatch.setattr(regime, "REEVALUATED_POINTS", {"load": 0, "static": 0})
+    assert compare(study, ds) == rows
     found = disagreement(study, ds)
     worst = max(abs(np.log(r["calibrated"][m] / r["roofline"][m])) for r in rows
                 for m in r["calibrated"])
