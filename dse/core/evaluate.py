@@ -306,7 +306,8 @@ def _evaluate_disagg(p: InferencePoint, models: ModelSpec, hardware: HardwareSpe
 DISAGG_ONLY = tuple(k for k, o in OUTPUTS["inference"].items() if o.feature == "disagg")
 DISAGG_NEEDS = ("ttft_s", "tpot_s", "e2e_s", "queue_s", "frontend_s", "ttft_p50_s", "ttft_p90_s",
                 "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "e2e_p50_s",
-                "e2e_p90_s", "e2e_p99_s", "capacity_req_s", "energy_per_tok_j",
+                "e2e_p90_s", "e2e_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s",
+                "capacity_req_s", "energy_per_tok_j",
                 "throughput_tok_s", "fits")
 
 

@@ -161,6 +161,7 @@ def combine(rate, clients, out_len, prefill: dict, decode: dict, workers_p, work
         queued = jnp.where(closed, wait_quantile(queue_p, rho_p, share), 0.0)
         out[f"ttft_{q}_s"] = prefill[f"ttft_{q}_s"] + queued + exposed + wait
         out[f"tpot_{q}_s"] = decode[f"tpot_{q}_s"]
+        out[f"itl_{q}_s"] = decode[f"itl_{q}_s"]  # the decode pool's steps alone
         out[f"e2e_{q}_s"] = (prefill[f"ttft_{q}_s"] + queued + exposed + decode[f"e2e_{q}_s"]
                              - once)
     out = {k: latency(v) for k, v in out.items()}

@@ -54,7 +54,11 @@ The model is a mean field over steps, solved as a fixed point a fixed number of 
   once: a prefill-only worker never waits).
 - **Percentiles**: mixtures over quantile nodes of the length distributions (inputs for
   TTFT, outputs for TPOT and E2E), the residual of the running step (uniform over a step
-  drawn size-biased), the wait for a slot, and the prompt work of others.
+  drawn size-biased), the wait for a slot, and the prompt work of others. The
+  inter-token latency (ITL: every gap between two tokens of a request, pooled over
+  tokens, as ``vllm bench serve`` reports it) is the distribution of the steps a
+  decoding request decodes in: the decode step as it sees it, or one with the others'
+  prompt work (:func:`dse.formulas.load_tails.gaps`).
 
 Lengths are lognormal with the given means and coefficients of variation.
 """
@@ -66,7 +70,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 from . import queueing as q
-from .load_tails import busy, tails
+from .load_tails import busy, itl_quantiles, tails
 
 ITERATIONS = 24  # relaxations of the step mean field at a given rate (open loop)
 BISECTIONS = 16  # bracketed trials of the closed loop's throughput
@@ -227,7 +231,7 @@ def _steps(step: StepTime, nodes: _Nodes, load: Load, s: _State, closed, clients
                                + others, mixed_r)
     base = jnp.where(coupled, grouped, alone)
     parts = dict(coupled=coupled, excess=excess,
-                 others_mass=others_mass,
+                 others_mass=others_mass, tq=tq, tq_w=ww, aligned=aligned,
                  b=b, bs=bs, cap=cap, tau_d=tau_d, carry=carry, work=work, buffer=buffer,
                  chunks=chunks, m2=m2, p_d=p_d, p_m=p_m, r=r, share=share, base=base, seen=seen,
                  over=over, t_full=t_full, rho_t=rho_t,
@@ -472,7 +476,7 @@ def serve(step: StepTime, lengths: Lengths, load: Load, iterations: int = ITERAT
     if percentiles:
         out.update(tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed))
     return _with_lockstep(out, lockstep(step, nodes, lengths, load), slot_wait_closed,
-                          percentiles)
+                          percentiles, rank)
 
 
 def lockstep(step: StepTime, nodes: _Nodes, lengths: Lengths, load: Load) -> dict:
@@ -511,12 +515,13 @@ def lockstep(step: StepTime, nodes: _Nodes, lengths: Lengths, load: Load) -> dic
     e2e = wave + d * tau
     spread = lengths.output_cv * d + lengths.input_cv * prompt / budget
     weight = jnp.where(load.clients > 0.0, load.separate * jnp.exp(-spread), 0.0)
-    return dict(weight=weight, n=n, wave=wave, first=first, ttft=ttft, tpot=tpot, tau=tau,
+    return dict(weight=weight, n=n, wave=wave, first=first, ttft=ttft, tpot=tpot, tau=tau, d=d,
                 spread_s=spread_s, e2e=e2e, x=n / jnp.maximum(e2e, 1e-30),
                 batch=n * d * tau / jnp.maximum(e2e, 1e-30), own=wave / k)
 
 
-def _with_lockstep(out: dict, lock: dict, slot_wait_closed, percentiles: bool) -> dict:
+def _with_lockstep(out: dict, lock: dict, slot_wait_closed, percentiles: bool,
+                   rank: int = 0) -> dict:
     """The mean field's outputs and the lock-step waves', mixed by the waves' share:
     means, throughput (cycle times), the CDFs as mixtures; percentiles blended (the
     share is near 0 or 1 but in a narrow passage)."""
@@ -543,6 +548,13 @@ def _with_lockstep(out: dict, lock: dict, slot_wait_closed, percentiles: bool) -
         res[f"ttft_p{q}_s"] = mix(f"ttft_p{q}_s", first + q / 100.0 * (wave - first))
         res[f"tpot_p{q}_s"] = mix(f"tpot_p{q}_s", tpot_lo + q / 100.0 * lock["spread_s"])
         res[f"e2e_p{q}_s"] = mix(f"e2e_p{q}_s", lock["e2e"] + wait)
+    # a wave's gaps between tokens are its decode steps, but for each request's first: it
+    # waits for the rest of the wave's prefill, 0 to wave - first beyond its step (one gap
+    # in d)
+    itl = itl_quantiles(res.pop("itl_gaps"), w, lock["tau"], lock["wave"] - lock["first"],
+                        1.0 / jnp.maximum(lock["d"], 1.0), rank)
+    for q, value in zip((50, 90, 99), itl):
+        res[f"itl_p{q}_s"] = value
     ttft_cdf, tpot_cdf = out["ttft_cdf"], out["tpot_cdf"]
     res["ttft_cdf"] = lambda v: (w * jnp.clip((v - first) / width, 0.0, 1.0)
                                  + (1.0 - w) * ttft_cdf(v))

@@ -13,7 +13,10 @@ Each latency is a mixture over quantile nodes of the length distribution that dr
   lognormal for the prompt work of others arriving while it decodes (compound Poisson:
   variance rate x TPOT x E[w^2] / n over n decode steps) and, in the open loop, the
   Poisson variation of the batch;
-- **E2E** (output-length nodes): lognormal with TTFT's mean and variance plus the decode.
+- **E2E** (output-length nodes): lognormal with TTFT's mean and variance plus the decode;
+- **ITL** (the gaps between tokens, pooled over tokens): the steps a decoding request
+  decodes in (:func:`gaps`); its percentiles are the mixture's with the lock-step waves
+  (:func:`itl_quantiles`).
 
 The quantiles come from one bisection in log time over every percentile at once.
 """
@@ -57,7 +60,10 @@ def busy(load, s, nodes):
 
 
 def tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed) -> dict:
-    """P50/P90/P99 of TTFT and TPOT, P90/P99 of E2E, and the CDFs of TTFT and TPOT."""
+    """P50/P90/P99 of TTFT, TPOT and E2E, the CDFs of TTFT and TPOT, and the gaps
+    between tokens (``itl_gaps``: :func:`gaps`, whose percentiles
+    :func:`dse.formulas.load.serve` takes with the lock-step waves').
+    """
     cap, bs, chunks = p["cap"], p["bs"], p["chunks"]
     x, ei = s.x, nodes.mean_prompt
     rank = jnp.ndim(s.x)
@@ -168,12 +174,50 @@ def tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed) -
         (shift + jnp.maximum(jnp.min(tpot_q, 0) - shift, 1e-12) * 0.01,
          shift + (jnp.max(tpot_q, 0) - shift) * 20.0 + 1e-9),
         (mean_t * 0.2 + 1e-9, (mean_t + jnp.max(dq * tpot_q, 0)) * 4.0 + 1e-9))
-    probs = (PERCENTILES, PERCENTILES, PERCENTILES)
+    probs = (PERCENTILES,) * 3
     ttft_p, tpot_p, e2e_p = _quantiles(cdfs, probs, rank, params, bounds)
     return dict(ttft_p50_s=ttft_p[0], ttft_p90_s=ttft_p[1], ttft_p99_s=ttft_p[2],
                 tpot_p50_s=tpot_p[0], tpot_p90_s=tpot_p[1], tpot_p99_s=tpot_p[2],
                 e2e_p50_s=e2e_p[0], e2e_p90_s=e2e_p[1], e2e_p99_s=e2e_p[2],
+                itl_gaps=gaps(step, load, s, p, closed, rank),
                 ttft_cdf=lambda v: ttft_at(params[0], v), tpot_cdf=lambda v: tpot_at(params[1], v))
+
+
+def gaps(step, load, s, p, closed, rank: int):
+    """(lengths, weights) of the gaps between a decoding request's tokens, pooled over its
+    tokens: [prompt node, occupancy node, point axes] atoms.
+
+    Each gap is a step it decodes in: the decode step as it sees it (itself and the
+    others: Poisson occupancy nodes in the open loop, the other clients' share in the
+    closed loop, as :func:`dse.formulas.load._seen_decode_step`), and with probability
+    f_o = f x share the step carries the others' prompt work: mixed in (vLLM,
+    TensorRT-LLM) it lasts the prompt step's excess over a decode step longer (the
+    prompt buffer's nodes; balanced attention-DP ranks: the longest of R); apart from
+    decodes (SGLang) the prefill steps before its next decode pass, K >= 1 of them
+    with probability f_o (geometric: the first at the buffer's nodes, E[K - 1 | K >= 1]
+    = f_o / (1 - f_o) more at the mean prompt step); attention-DP ranks in lock step:
+    the largest excess over its own rank's others and every other rank. The mean of the
+    gaps is the mean field's TPOT (its base, before the correlation of a request's own
+    first steps)."""
+    zn, zw = q.normal_nodes(5, rank)
+    b = p["b"]
+    others = jnp.clip(b + jnp.sqrt(jnp.maximum(b, 1e-12)) * zn, 0.0, load.slots - 1.0)
+    seen = jnp.where(closed, step(jnp.minimum(b * p["share"] + 1.0, load.slots), 0.0, 0.0),
+                     step(1.0 + others, 0.0, 0.0))  # [occupancy node, point axes]
+    fo = s.f * p["share"]
+    tq, ww, excess = p["tq"], p["tq_w"], p["excess"]
+    aligned = q.largest_mass(ww, [(1.0, load.ranks)])
+    mass = jnp.where(p["aligned"], aligned, ww)
+    separate = load.separate > 0.0
+    stall = tq + fo / jnp.maximum(1.0 - fo, 1e-6) * s.m1
+    extra = jnp.where(separate, stall, excess)
+    weight = fo * mass
+    coupled = q.largest_mass(ww, [(fo, 1.0), (s.f, load.ranks - 1.0)])
+    extra = jnp.where(p["coupled"], excess, extra)
+    weight = jnp.where(p["coupled"], coupled, weight)
+    extra = jnp.concatenate([jnp.zeros_like(extra[:1]), extra])
+    weight = jnp.concatenate([jnp.maximum(1.0 - jnp.sum(weight, 0), 0.0)[None], weight])
+    return extra[:, None] + seen[None], weight[:, None] * zw[None]
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
@@ -214,3 +258,28 @@ def _quantiles_jvp(cdfs, probs, rank, primals, tangents):
         steep = by_t > 0.0
         out.append(jnp.where(steep, -by_par / jnp.where(steep, by_t, 1.0), 0.0))
     return found, tuple(out)
+
+
+def itl_quantiles(itl_gaps, weight, tau, span, long, rank: int):
+    """P50/P90/P99 of the gaps between tokens: the mean field's (``itl_gaps``, from
+    :func:`gaps`) mixed with share ``weight`` of lock-step waves', whose gaps are the
+    wave's decode step ``tau`` but for a share ``long`` (1 / decode steps: each request's
+    first), which waits for the rest of the wave's prefill, 0 to ``span`` beyond it
+    (uniform). The quantiles of the mixture itself: a blend of the two's quantiles puts
+    a median in the waves' long gaps where they are a few percent of the tokens."""
+    gap, gap_w = itl_gaps
+
+    def itl_at(par, v, smooth=0.0):  # atoms, spread over ``smooth`` of t in derivatives
+        gap, gap_w, weight, tau, span, long = par
+        lead = jnp.ndim(v) - rank
+        nodes = jnp.reshape(v, jnp.shape(v)[:lead] + (1, 1) + jnp.shape(v)[lead:])
+        field = jnp.sum(gap_w * q.ramp_cdf(nodes, gap, smooth * nodes), (lead, lead + 1))
+        waves = ((1.0 - long) * q.ramp_cdf(v, tau, smooth * v)
+                 + long * q.ramp_cdf(v, tau, jnp.maximum(span, smooth * v)))
+        return weight * waves + (1.0 - weight) * field
+
+    par = (gap, gap_w, weight, tau, span, long)
+    lo = jnp.maximum(jnp.minimum(jnp.min(gap, (0, 1)), tau) * 0.5, 1e-12)
+    hi = jnp.maximum(jnp.max(gap, (0, 1)), tau + span) * 2.0 + 1e-9
+    (found,) = _quantiles((itl_at,), (PERCENTILES,), rank, (par,), ((lo, hi),))
+    return found

@@ -98,8 +98,9 @@ def _per_token(res: dict, tokens) -> dict:
     time over the ``tokens`` it yields per sequence (its TPOT, percentiles and CDF)."""
     out = dict(res, tpot_s=res["tpot_s"] / tokens)
     for q in ("p50", "p90", "p99"):
-        if f"tpot_{q}_s" in res:
-            out[f"tpot_{q}_s"] = res[f"tpot_{q}_s"] / tokens
+        for name in ("tpot", "itl"):  # a gap between tokens: a step over what it yields
+            if f"{name}_{q}_s" in res:
+                out[f"{name}_{q}_s"] = res[f"{name}_{q}_s"] / tokens
     if "tpot_cdf" in res:
         cdf = res["tpot_cdf"]
         out["tpot_cdf"] = lambda v: cdf(v * tokens)
@@ -121,7 +122,7 @@ SESSION_RELAX = 4  # relaxations after the search (an open loop: all of them)
 _SESSION_KEEP = ("ttft_s", "tpot_s", "e2e_s", "queue_s", "request_throughput_req_s",
                  "running_batch", "capacity_req_s", "utilization", "overloaded", "ttft_p50_s",
                  "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s",
-                 "e2e_p50_s", "e2e_p90_s", "e2e_p99_s")
+                 "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s")
 
 
 def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Serving,
@@ -435,8 +436,10 @@ def _under_load(m, s, p, w, sv, rates, par, o, features, capacity, weights, powe
         tails[f"ttft_{q}_s"] = ttft_q + front
         tails[f"tpot_{q}_s"] = jnp.where(no_decode, 0.0, res[f"tpot_{q}_s"])
         tails[f"e2e_{q}_s"] = jnp.where(no_decode, ttft_q, jnp.maximum(e2e_q, ttft_q)) + front
+        tails[f"itl_{q}_s"] = jnp.where(no_decode, 0.0, res[f"itl_{q}_s"])
     for key in ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s",
-                "tpot_p99_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s"):
+                "tpot_p99_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "itl_p50_s", "itl_p90_s",
+                "itl_p99_s"):
         out[key] = latency(tails[key])
     # points without a load: the static batch, every request alike
     static_requests = par.dp * w.batch / static["e2e_s"]
@@ -452,7 +455,8 @@ def _under_load(m, s, p, w, sv, rates, par, o, features, capacity, weights, powe
         capacity_req_s=out["capacity_req_s"], overloaded=over,
         ttft_p50_s=static["ttft_s"], ttft_p90_s=static["ttft_s"], ttft_p99_s=static["ttft_s"],
         tpot_p50_s=static["tpot_s"], tpot_p90_s=static["tpot_s"], tpot_p99_s=static["tpot_s"],
-        e2e_p50_s=static["e2e_s"], e2e_p90_s=static["e2e_s"], e2e_p99_s=static["e2e_s"])
+        e2e_p50_s=static["e2e_s"], e2e_p90_s=static["e2e_s"], e2e_p99_s=static["e2e_s"],
+        itl_p50_s=static["tpot_s"], itl_p90_s=static["tpot_s"], itl_p99_s=static["tpot_s"])
     if ss is not None:  # every point has a session load (dse.study checks)
         sessions_per_s = requests / turns
         tiers = par.dp * (ss.dram_bytes * ss.dram_usd_per_byte_s

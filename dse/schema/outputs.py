@@ -87,6 +87,12 @@ INFERENCE = Registry({
     "e2e_p50_s": less("s", "median request latency under load", feature="load"),
     "e2e_p90_s": less("s", "90th percentile request latency under load", feature="load"),
     "e2e_p99_s": less("s", "99th percentile request latency under load", feature="load"),
+    "itl_p50_s": less("s", "median inter-token latency under load (every gap between two "
+                      "tokens of a request, pooled over tokens)", feature="load"),
+    "itl_p90_s": less("s", "90th percentile inter-token latency under load (gaps between "
+                      "tokens, pooled over tokens)", feature="load"),
+    "itl_p99_s": less("s", "99th percentile inter-token latency under load (gaps between "
+                      "tokens, pooled over tokens)", feature="load"),
     "queue_s": less("s", "mean wait before a request's first prefill step", feature="load"),
     "frontend_s": less("s", "host time per request outside the engine steps (HTTP server, "
                        "tokenizer, detokenizer, client), in TTFT and E2E", feature="load"),

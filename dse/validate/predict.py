@@ -175,7 +175,7 @@ def row_parameters(theta, prob: Problem, xp=jnp):
 _NAMES = {"inference": ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "n_devices", "reason"),
           "load": ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "n_devices", "reason",
                    "request_throughput_req_s", "capacity_req_s",
-                   *(f"{m}_p{q}_s" for m in ("ttft", "tpot", "e2e") for q in (50, 90, 99))),
+                   *(f"{m}_p{q}_s" for m in ("ttft", "tpot", "e2e", "itl") for q in (50, 90, 99))),
           "training": ("throughput_per_device_tok_s", "model_flops_per_step", "step_s",
                        "mfu", "n_devices", "reason")}
 
@@ -204,7 +204,8 @@ def metric_value(kind: str, metric: str, out: dict, point, i):
     if kind == "serving_latency":
         stem, _, q = metric.partition("_p")
         if stem.endswith("_ms"):
-            name = {"itl_ms": "tpot"}.get(stem, stem.removesuffix("_ms"))
+            # the mean ITL is the mean TPOT; its percentiles are the gaps' (itl_pNN_s)
+            name = {"itl_ms": "itl" if q else "tpot"}.get(stem, stem.removesuffix("_ms"))
             return out[f"{name}_p{q}_s" if q else f"{name}_s"][i] * 1e3
         if metric == "requests_per_s":
             return out["request_throughput_req_s"][i]

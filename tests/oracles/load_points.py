@@ -19,8 +19,9 @@ from .serving_sim import simulate
 NAMES = ("ttft_s", "tpot_s", "e2e_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s",
          "tpot_p90_s", "tpot_p99_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "capacity_req_s",
          "valid", "reason", "running_batch", "queue_s", "max_batch", "utilization",
-         "frontend_s")
+         "frontend_s", "itl_p50_s", "itl_p90_s", "itl_p99_s")
 MEANS = ("ttft_s", "tpot_s", "e2e_s")
+ITL = ("itl_p50_s", "itl_p90_s", "itl_p99_s")  # the gaps between tokens, pooled
 TAILS = ("ttft_p90_s", "ttft_p99_s", "tpot_p90_s", "tpot_p99_s", "e2e_p90_s", "e2e_p99_s")
 # (model, tensor-parallel degrees that fit its weights on every device below)
 DENSE = (("llama-3.1-8b", (1, 2)), ("qwen3-32b", (2, 4)), ("llama-3.1-70b", (4, 8)))
@@ -109,18 +110,35 @@ def simulated(row: dict, replica, i: int, load: dict, n_requests: int = 1500) ->
                    policy="separate" if ld.separate > 0 else "mixed",
                    prefix_cache_hit=row["prefix_cache_hit"], n_requests=n_requests,
                    warmup=200, seed=i, **load)
-    ttft, tpot, e2e = res.ttft(), res.tpot(), res.e2e()
+    ttft, tpot, e2e, itl = res.ttft(), res.tpot(), res.e2e(), res.itl()
     out = dict(ttft_s=ttft.mean(), tpot_s=tpot.mean(), e2e_s=e2e.mean())
-    for name, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
+    for name, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e), ("itl", itl)):
         for q in (50, 90, 99):
             out[f"{name}_p{q}_s"] = float(np.percentile(values, q))
     return out
 
 
-def errors(model: dict, oracle: list[dict], index: list[int]) -> dict[str, np.ndarray]:
+def errors(model: dict, oracle: list[dict], index: list[int],
+           keys: tuple[str, ...] = MEANS + TAILS) -> dict[str, np.ndarray]:
     """Relative error of dse against the oracle, per output, over the points."""
     return {k: np.asarray([model[k][i] / o[k] - 1.0 for i, o in zip(index, oracle)])
-            for k in MEANS + TAILS}
+            for k in keys}
+
+
+def check_itl(label: str, err: dict, median: tuple[float, float, float],
+              share: tuple[float, float, float]):
+    """The ITL percentiles (P50, P90, P99): median |error| at most ``median``, the share
+    within 20% at least ``share``."""
+    lines = [f"{label}, ITL: {len(err[ITL[0]])} points"]
+    for k in ITL:
+        v = np.abs(err[k])
+        lines.append(f"  {k:9s} median |error| {np.median(v):.3f}, within 20%: "
+                     f"{np.mean(v <= 0.2):.0%}")
+    text = "\n".join(lines)
+    print(text)
+    for k, m, w in zip(ITL, median, share):
+        v = np.abs(err[k])
+        assert np.median(v) <= m and np.mean(v <= 0.2) >= w, text
 
 
 def report(label: str, err: dict) -> str:

@@ -65,6 +65,14 @@ class Result:
     steps: int
     mean_running: float  # sequences per step in the window, time-weighted
     mixed_share: float  # share of the window's steps that carried prompt work
+    gap_s: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    gap_count: np.ndarray = dataclasses.field(  # the measured requests' gaps between tokens
+        default_factory=lambda: np.zeros(0, int))
+
+    def itl(self) -> np.ndarray:
+        """Every gap between two tokens of the measured requests, pooled (vllm bench
+        serve's ITL)."""
+        return np.repeat(self.gap_s, self.gap_count)
 
     def ttft(self) -> np.ndarray:
         return self.first_token - self.arrival
@@ -135,6 +143,17 @@ def simulate(step_time: StepTime, *, input_len: float, output_len: float,
     rank_of = np.zeros(total, int)
     prefilled = cached.copy()
     generated = np.zeros(total, int)
+    last = np.full(total, math.nan)  # a request's latest token
+    gap_r: list[int] = []  # (request, gap, how many such gaps in a row)
+    gap_v: list[float] = []
+    gap_n: list[int] = []
+
+    def token(r: int, at: float, more: int = 0, dt: float = 0.0) -> None:
+        """Request r decodes a token at ``at``, then ``more`` more ``dt`` apart."""
+        gap_r.append(r), gap_v.append(at - last[r]), gap_n.append(1)
+        if more:
+            gap_r.append(r), gap_v.append(dt), gap_n.append(more)
+        last[r] = at + more * dt
     pending: list[tuple[float, int]] = []  # heap of (time, request id) not yet arrived
     made = 0
 
@@ -210,6 +229,7 @@ def simulate(step_time: StepTime, *, input_len: float, output_len: float,
                 for r in rs:
                     if prefilled[r] == ins[r]:
                         generated[r] += 1
+                        token(r, now)
             retire()
             continue
         if not any(prompts):  # decode-only: the same step until a finish or an admission
@@ -226,6 +246,7 @@ def simulate(step_time: StepTime, *, input_len: float, output_len: float,
             for rs in running:
                 for r in rs:
                     generated[r] += n
+                    token(r, now - (n - 1) * dt, n - 1, dt)
             retire()
             continue
         dt, work = 0.0, []
@@ -259,11 +280,12 @@ def simulate(step_time: StepTime, *, input_len: float, output_len: float,
         for decoding, chunks in work:
             for r in decoding:
                 generated[r] += 1
+                token(r, now)
             for r, take in chunks:
                 prefilled[r] += take
                 if prefilled[r] == ins[r]:
                     generated[r] = 1
-                    first[r] = now
+                    first[r] = last[r] = now
         retire()
     order = np.lexsort((np.arange(total), arrival))
     kept = order[warmup:warmup + n_requests]
@@ -280,6 +302,8 @@ def simulate(step_time: StepTime, *, input_len: float, output_len: float,
             share = overlap / (t1 - t0)
             count += k * share
             mixed += prompt * k * share
+    measured = np.isin(np.asarray(gap_r, int), kept)
     return Result(arrival[kept], admitted[kept], first[kept], finish[kept], outs[kept],
                   end - start, completions, steps, weighted / max(end - start, 1e-30),
-                  mixed / max(count, 1e-30))
+                  mixed / max(count, 1e-30), np.asarray(gap_v)[measured],
+                  np.asarray(gap_n, int)[measured])

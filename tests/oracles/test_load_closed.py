@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .load_points import check, draw, errors, evaluate, simulated
+from .load_points import ITL, check, check_itl, draw, errors, evaluate, simulated
 
 SEED, POINTS = 2026, 100
 
@@ -25,3 +25,5 @@ def test_closed_loop_against_the_oracle():
     oracle = [simulated(rows[i], replica, i, dict(concurrency=clients[i])) for i in index]
     err = errors(out, oracle, index)
     check("closed loop", err, median=(0.03, 0.12), share=(0.8, 0.7))
+    check_itl("closed loop", errors(out, oracle, index, ITL), median=(0.01, 0.02, 0.05),
+              share=(0.8, 0.74, 0.73))
