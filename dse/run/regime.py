@@ -78,6 +78,7 @@ def _on_the_grid(study, twin, names, columns, ds) -> dict | None:
     dims = [a.name for a in study.dims]
     chunks = plan(study.shape, chunk_budget(study))
     if (study.size > limit or len(chunks) != 1 or study.pipeline is not None
+            or not set(names) <= set(twin.variables)  # a study that writes fewer outputs
             or any(size > 1 and d not in ds.dims for d, size in zip(dims, study.shape))):
         return None
     try:

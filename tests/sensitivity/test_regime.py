@@ -171,3 +171,31 @@ output_len = 256
     assert (found is not None) == (worst > np.log(2.0))
     if found is not None:
         assert "calibrated vs plain roofline" in found.line()
+
+
+def test_a_study_writing_fewer_outputs_compares_through_a_program_of_its_own():
+    """A study whose [output] variables leave out the regime: the sweep's program does not
+    compute it, so the shown points get a program of their own (it crashed on the missing
+    output), with the same values as the whole grid's check would give."""
+    text = """[study]
+name = "s"
+[axes]
+model = "llama-2-7b"
+hardware = "h100-sxm"
+batch = [1, 64]
+input_len = 512
+output_len = 256
+[output]
+variables = ["tpot_s", "ttft_s", "valid", "reason", "throughput_per_device_tok_s"]
+"""
+    study = parse_study(text, "<s>")
+    ds = sweep(study, progress=False)
+    assert "regime" not in ds
+    rows = compare(study, ds)
+    full = parse_study(text.split("[output]")[0], "<s>")
+    whole = compare(full, sweep(full, progress=False))
+    assert len(rows) == len(whole) == 2
+    for mine, theirs in zip(rows, whole):  # (the regime labels: only the full study's)
+        assert (mine["point"], mine["roofline"], mine["calibrated"], mine["valid"]) == (
+            theirs["point"], theirs["roofline"], theirs["calibrated"], theirs["valid"])
+        assert mine["regime_roofline"] == theirs["regime_roofline"]
