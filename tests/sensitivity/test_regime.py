@@ -134,11 +134,8 @@ def test_agreeing_answers_print_no_disagreement_line():
     assert disagreement_line(one) is None
 
 
-def test_summary_rows_show_the_bound_and_the_roofline_twin_is_compared(monkeypatch):
-    """The README's study shape under the generic fit: each summary row ends with its
-    bound, and compare() re-evaluates the shown points on the plain roofline, whose
-    times are never longer (every efficiency 1, no overheads)."""
-    text = """[study]
+# the README's study shape at two batches
+TWO_BATCHES = """[study]
 name = "s"
 [axes]
 model = "llama-2-7b"
@@ -147,7 +144,13 @@ batch = [1, 64]
 input_len = 512
 output_len = 256
 """
-    study = parse_study(text, "<s>")
+
+
+def test_summary_rows_show_the_bound_and_the_roofline_twin_is_compared(monkeypatch):
+    """The README's study shape under the generic fit: each summary row ends with its
+    bound, and compare() re-evaluates the shown points on the plain roofline, whose
+    times are never longer (every efficiency 1, no overheads)."""
+    study = parse_study(TWO_BATCHES, "<s>")
     ds = sweep(study, progress=False)
     summary = sweep_summary(ds, 1.0)
     assert "bound" in summary and "decode: memory" in summary
@@ -177,22 +180,14 @@ def test_a_study_writing_fewer_outputs_compares_through_a_program_of_its_own():
     """A study whose [output] variables leave out the regime: the sweep's program does not
     compute it, so the shown points get a program of their own (it crashed on the missing
     output), with the same values as the whole grid's check would give."""
-    text = """[study]
-name = "s"
-[axes]
-model = "llama-2-7b"
-hardware = "h100-sxm"
-batch = [1, 64]
-input_len = 512
-output_len = 256
-[output]
+    text = TWO_BATCHES + """[output]
 variables = ["tpot_s", "ttft_s", "valid", "reason", "throughput_per_device_tok_s"]
 """
     study = parse_study(text, "<s>")
     ds = sweep(study, progress=False)
     assert "regime" not in ds
     rows = compare(study, ds)
-    full = parse_study(text.split("[output]")[0], "<s>")
+    full = parse_study(TWO_BATCHES, "<s>")
     whole = compare(full, sweep(full, progress=False))
     assert len(rows) == len(whole) == 2
     for mine, theirs in zip(rows, whole):  # (the regime labels: only the full study's)
