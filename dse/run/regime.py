@@ -97,8 +97,9 @@ def _on_the_grid(study, twin, names, columns, ds) -> dict | None:
             or layout != [(np.shape(x), np.asarray(x).dtype) for x in jax.tree_util.tree_leaves(
                 (twin_models, twin_hardware))]):
         return None
-    evaluator = Evaluator.of(twin)  # the study's outputs: the sweep's program
-    full = evaluator(chunk_point(twin, chunks[0]), twin_models, twin_hardware)
+    evaluator = Evaluator(twin.mode, twin_models, twin_hardware, features=twin.features,
+                          names=twin.variables, dtype=twin.dtype)  # the sweep's program
+    full = evaluator(chunk_point(twin, chunks[0]))
     out = {}
     for name in names:
         array = np.asarray(full[name])
