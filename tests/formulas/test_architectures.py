@@ -27,7 +27,7 @@ NEW = ["deepseek-r1", "kimi-k2", "minimax-m2", "qwen3-32b", "qwen3-next-80b-a3b"
        # Mamba-2 hybrids (dse.catalogue.model._hf_hybrid)
        "nemotron-3-nano-30b-a3b", "nemotron-h-56b",
        # releases of an architecture already carded, each with its own config and counts
-       "deepseek-v3.1", "kimi-k2.5", "minimax-m2.5",
+       "deepseek-v3.1", "kimi-k2.5", "minimax-m2.5", "glm-4.6", "qwen3-coder-next",
        # DSA with IndexShare (index_layer_fraction)
        "glm-5.2",
        # configs verified against the Hub's etag or file size (the cards' notes)
