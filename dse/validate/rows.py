@@ -93,7 +93,7 @@ UNMODELLED: dict[str, str] = {}
 # Why a row is not scored (``dse validate --rows``): "scored" rows are in the error
 # tables; the others are counted and listed.
 STATUSES = ("scored", "flagged", "does_not_fit", "infeasible", "under_load", "unknown_model",
-            "unknown_hardware", "unknown_metric", "unmodelled", "bad_row")
+            "unknown_hardware", "unknown_metric", "unmodelled", "unstated_devices", "bad_row")
 # Micro-batch of a training row that does not state one: the framework's documented
 # default (Megatron-LM / NeMo / Megatron-Bridge recipes: --micro-batch-size 1).
 DEFAULT_MICRO_BATCH = {"megatron": 1}
@@ -151,6 +151,7 @@ class Case:
     assumed: str = ""  # what the row did not state and dse assumed (said in the output)
     layout_stated: bool = True  # False: tp x dp over n_devices is for dse to choose
     recompute_stated: bool = True  # False (training): the least recomputation that fits
+    devices_stated: bool = True  # False: no device count or layout (1 device assumed)
     source: str = ""  # the publication the row comes from (its id's leading letters)
 
     @property
@@ -441,6 +442,8 @@ def case(row: dict) -> Case | Skip:
             raise _Unscorable("under_load", "measured under a request load with latency "
                               "limits (not a static batch)")
         n_devices = _number(row, "n_devices", int, 1)
+        devices_stated = any((row.get(k) or "").strip() for k in (
+            "n_devices", "tp", "pp", "dp", "prefill_workers", "decode_workers"))
         stated = (row.get("framework") or "").strip()
         assumed = "" if framework != NO_FRAMEWORK else (
             f"framework {stated!r} is none dse models: the generic calibration and engine"
@@ -493,7 +496,7 @@ def case(row: dict) -> Case | Skip:
                 flag = why
         return Case(rid, kind, metric, measured, mode, model, hardware, framework,
                     knobs, n_devices, flag, assumed, layout_stated, recompute_stated,
-                    source_of(rid))
+                    devices_stated, source_of(rid))
     except (ValueError, InputError) as e:
         status = getattr(e, "status", "bad_row")
         return Skip(rid, kind, str(e).removeprefix("dse: error: "), status, metric, measured)

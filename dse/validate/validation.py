@@ -69,6 +69,8 @@ def fitting(cases: list[Case]) -> tuple[list[Case], list[Skip]]:
 
     A configuration that ran for real but that dse says does not fit is a miss of the
     memory model (``does_not_fit``): it is reported, never predicted at a smaller batch.
+    Unless the row explains it: a source anomaly its notes record (``flagged``), or no
+    device count or layout at all, so that one device was assumed (``unstated_devices``).
     One that dse calls infeasible for another reason (an indivisible layout, a context
     beyond the model's) or cannot time is ``infeasible``. Neither depends on the
     calibration, so this is decided once, before any fit."""
@@ -81,7 +83,14 @@ def fitting(cases: list[Case]) -> tuple[list[Case], list[Skip]]:
             # a throughput measured past the capacity is the capacity (the client offered
             # more than the deployment carried): the rate completed is still a prediction
             r = r & ~REASON_BITS["overloaded"]
-        if r & REASON_BITS["oom"]:
+        if r & REASON_BITS["oom"] and c.flag:  # the anomaly the source notes explains it
+            misses.append(Skip(c.id, c.kind, f"{c.flag}; as stated, the configuration does "
+                               "not fit in memory", "flagged", c.metric, c.measured))
+        elif r & REASON_BITS["oom"] and not c.devices_stated:
+            misses.append(Skip(c.id, c.kind, "the row does not say how many devices ran it, "
+                               "and the model does not fit on one", "unstated_devices",
+                               c.metric, c.measured))
+        elif r & REASON_BITS["oom"]:
             misses.append(Skip(c.id, c.kind, "dse says this configuration does not fit in "
                                "memory; it ran", "does_not_fit", c.metric, c.measured))
         elif r or not ok:

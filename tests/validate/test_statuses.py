@@ -80,6 +80,13 @@ ROWS = [
          notes="MBS 1, VP 4; full recompute"),
     _row(id="oom", model="Llama-2-70B", **dict(DECODE, hardware="l4"), metric="tokens_per_s",
          value="1"),
+    # 140 GB of bf16 weights on one 24 GB L4: the row says neither how many devices ran it
+    # nor a layout; or its notes record that the source's precision cannot be right
+    _row(id="oom-unstated", model="Llama-2-70B", **dict(DECODE, hardware="l4", n_devices=""),
+         metric="tokens_per_s", value="1"),
+    _row(id="oom-anomaly", model="Llama-2-70B", **dict(
+        DECODE, hardware="l4", notes="-fa 1; ANOMALY: bf16 as printed cannot fit in 24 GB"),
+         metric="tokens_per_s", value="1"),
     _row(id="load", kind="serving_throughput", source=TRT, model="Llama-2-70B",
          hardware="h100-sxm", n_devices="8", tp="8", precision="fp8", batch="server (Poisson)",
          output_len="300", metric="output_tokens_per_s", value="20000"),
@@ -134,6 +141,10 @@ def test_every_row_has_a_status_and_the_assumptions_are_said(result, tmp_path):
     assert {status[k] for k in status if k.startswith(("dec", "srv", "train"))} == {"scored"}
     assert (status["metric"], status["hw"], status["model"], status["oom"], status["load"]) == (
         "unknown_metric", "unknown_hardware", "unknown_model", "does_not_fit", "under_load")
+    assert (status["oom-unstated"], status["oom-anomaly"]) == ("unstated_devices", "flagged")
+    note = {r["id"]: r["note"] for r in v.rows()}
+    assert note["oom-unstated"].startswith("the row does not say how many devices ran it")
+    assert note["oom-anomaly"].startswith("source anomaly: bf16 as printed cannot fit")
     assert (status["infeasible"], status["lengths"], status["vendor"]) == (
         "infeasible", "bad_row", "scored")
     note = {r["id"]: r["note"] for r in v.rows()}
