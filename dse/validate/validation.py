@@ -83,16 +83,17 @@ def fitting(cases: list[Case]) -> tuple[list[Case], list[Skip]]:
             # a throughput measured past the capacity is the capacity (the client offered
             # more than the deployment carried): the rate completed is still a prediction
             r = r & ~REASON_BITS["overloaded"]
-        if r & REASON_BITS["oom"] and c.flag:  # the anomaly the source notes explains it
-            misses.append(Skip(c.id, c.kind, f"{c.flag}; as stated, the configuration does "
-                               "not fit in memory", "flagged", c.metric, c.measured))
-        elif r & REASON_BITS["oom"] and not c.devices_stated:
-            misses.append(Skip(c.id, c.kind, "the row does not say how many devices ran it, "
-                               "and the model does not fit on one", "unstated_devices",
-                               c.metric, c.measured))
-        elif r & REASON_BITS["oom"]:
-            misses.append(Skip(c.id, c.kind, "dse says this configuration does not fit in "
-                               "memory; it ran", "does_not_fit", c.metric, c.measured))
+        if r & REASON_BITS["oom"]:
+            if c.flag:  # the anomaly the source's notes record explains it
+                why, status = (f"{c.flag}; as stated, the configuration does not fit in "
+                               "memory", "flagged")
+            elif not c.devices_stated:
+                why, status = ("the row does not say how many devices ran it, and the "
+                               "model does not fit on one", "unstated_devices")
+            else:
+                why, status = ("dse says this configuration does not fit in memory; it "
+                               "ran", "does_not_fit")
+            misses.append(Skip(c.id, c.kind, why, status, c.metric, c.measured))
         elif r or not ok:
             why = ", ".join(n for n, bit in REASON_BITS.items() if r & bit) or (
                 "no finite prediction")
