@@ -116,15 +116,19 @@ BERT_BASE = {"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden
     (dict(LLAMA_2_7B_HF, num_hidden_layers="32"), "num_hidden_layers", "value '32' is not valid"),
     # issue 40: fields that change what a layer computes are refused, not ignored. As in
     # MiniMaxAI/MiniMax-M3 (dense layers wider than its experts), a Mamba-2 hybrid pattern
-    # without its Mamba shapes (Nemotron-H's are read: models/nemotron-h-56b),
-    # nvidia/Llama-3_3-Nemotron-Super-49B-v1 (a shape per layer) and a layer type no
-    # reader models
+    # without its Mamba shapes (Nemotron-H's are read: models/nemotron-h-56b), a
+    # Llama-Nemotron block whose attention is a linear layer (replace_with_linear; the
+    # block_configs of nvidia/Llama-3_3-Nemotron-Super-49B-v1 are read:
+    # models/llama-3.3-nemotron-super-49b) and a layer type no reader models
     (dict(LLAMA_2_7B_HF, model_type="minimax_m3", dense_intermediate_size=12288),
      "dense_intermediate_size", "the model has dense layers wider than the experts'"),
     (dict(LLAMA_2_7B_HF, model_type="nemotron_h", hybrid_override_pattern="M-M-M*-M-M-"),
      "n_groups", "missing"),
-    (dict(LLAMA_2_7B_HF, model_type="nemotron-nas", block_configs=[{"attention": {}}] * 32),
-     "block_configs", "the model has a different attention and MLP shape in each layer"),
+    (dict(LLAMA_2_7B_HF, model_type="nemotron-nas", block_configs=[
+        {"attention": {"no_op": False, "n_heads_in_group": 1, "replace_with_linear": True},
+         "ffn": {"ffn_mult": 2.6875}}] * 32),
+     "block_configs[0].attention.replace_with_linear",
+     "value True changes what the block computes, which dse does not model"),
     (dict(LLAMA_2_7B_HF, layer_types=["full_attention", "mamba"] * 16), "layer_types",
      "layers of type mamba, which dse does not model"),
     # google/gemma-4-E2B: per-layer input embeddings (its 26B and 31B siblings are read)

@@ -32,7 +32,7 @@ _OPTIONAL_INT = ("n_kv_heads", "norms_per_layer", "head_dim", "learned_pos_rows"
                  "moe_layer_step", "linear_layers", "linear_key_heads", "linear_value_heads",
                  "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel",
                  "linear_state_bits", "index_topk", "index_n_heads", "index_head_dim",
-                 "mlp_free_layers", "moe_latent_size", "global_head_dim", "global_kv_heads",
+                 "mlp_free_layers", "mlp_only_layers", "moe_latent_size", "global_head_dim", "global_kv_heads",
                  "vision_layers", "vision_width", "vision_d_ff",
                  "vision_merge", "vision_mergers", "vision_patch_inputs", "vision_positions")
 _BOOL = ("tied_embeddings", "qkv_bias", "linear_bias", "qk_norm", "norm_bias",
@@ -153,6 +153,10 @@ class ModelCard:
             raise InputError(self.file, "mlp_free_layers", f"{f['mlp_free_layers']} exceeds the "
                              f"{_dense_layers(f)} layers without experts",
                              f"0..{_dense_layers(f)}")
+        if f.get("mlp_only_layers") and f.get("n_experts"):
+            raise InputError(self.file, "mlp_only_layers", f"{f['mlp_only_layers']} MLP-only "
+                             "layers in an MoE model, which dse does not model",
+                             "0 or absent, or a dense model (n_experts 0)")
         if f.get("vision_layers"):
             for key in ("vision_width", "vision_d_ff", "vision_merge", "vision_mergers",
                         "vision_patch_inputs"):
@@ -202,6 +206,7 @@ class ModelCard:
             n_experts=f.get("n_experts", 0), top_k=f.get("top_k", 0),
             d_ff_expert=f.get("d_ff_expert", 0), n_shared_experts=f.get("n_shared_experts", 0),
             n_dense_layers=_dense_layers(f), mlp_free_layers=f.get("mlp_free_layers", 0),
+            mlp_only_layers=f.get("mlp_only_layers", 0),
             q_lora_rank=f.get("q_lora_rank", 0), kv_lora_rank=f.get("kv_lora_rank", 0),
             qk_nope_head_dim=f.get("qk_nope_head_dim", 0),
             qk_rope_head_dim=f.get("qk_rope_head_dim", 0), v_head_dim=f.get("v_head_dim", 0),
@@ -560,8 +565,6 @@ _ENCODER_TYPES = frozenset({
 # plain transformer, such a model's numbers would be wrong without a word (issue 40:
 # an unknown field that changes cost is an error, not a guess).
 _UNMODELLED_KEYS = {
-    "block_configs": "a different attention and MLP shape in each layer (Llama-Nemotron "
-                     "NAS models)",
     "attention_other_setting": "sliding-window layers with head counts of their own "
                                "(Step-3.7)",
     "hidden_size_per_layer_input": "per-layer input embeddings (Gemma 4 E2B/E4B's PLE)",
@@ -653,6 +656,101 @@ def _hf_hybrid(config: Mapping[str, Any], out: dict, file: str) -> dict:
     return extra
 
 
+# The keys of a DeciLM block (HF configuration_decilm.py AttentionConfig / FFNConfig,
+# vLLM nemotron_nas.py) the reader reads; any other key, set (not null, false or 0),
+# changes what the block computes: replace_with_linear, sparsify, window_length,
+# num_sink_tokens, unshifted_sink, use_prefill_window_in_sink_attention, a Mamba mixer
+_BLOCK_KEYS = {"attention": ("no_op", "n_heads_in_group"),
+               "ffn": ("no_op", "ffn_mult", "intermediate_size")}
+_BLOCK_ALLOWED = ("blocks of an attention (no_op, or n_heads_in_group dividing "
+                  "num_attention_heads, the same on every attention block) and an ffn (no_op, "
+                  "or ffn_mult or intermediate_size); every other key null or false")
+
+
+def _hf_block_configs(config: Mapping[str, Any], out: dict, file: str) -> dict:
+    """A Llama-Nemotron NAS model (DeciLMForCausalLM, model_type nemotron-nas: Llama-3.3-
+    Nemotron-Super-49B) as dse's layers, from its ``block_configs``: one entry a block,
+    each a GQA attention of num_attention_heads / n_heads_in_group KV heads or none
+    (no_op), and a gated MLP of its own width or none. The width is ``intermediate_size``
+    or, from ``ffn_mult``, int(2 ffn_mult d_model / 3) rounded up to a multiple of 256
+    (HF modeling_decilm.py and vLLM nemotron_nas.py, _ffn_mult_to_intermediate_size).
+
+    As for :func:`_hf_hybrid`, the mixers become dse's layers and the MLPs sit on them:
+    the attention blocks are the ``n_layers`` (their KV cache, attention FLOPs and
+    weights), the MLP blocks beyond them ``mlp_only_layers`` (each an MLP and its norm:
+    the mean layer carries MLPs / layers of them, and as many tensor-parallel
+    all-reduces), those short of them ``mlp_free_layers``. Costs and parameters are sums
+    over blocks, so the pairing is exact for them but in the width: dse's layer has one,
+    the MLPs' mean, rounded to a multiple of num_attention_heads so that every
+    tensor-parallel degree the heads allow divides it, as it divides each block's multiple
+    of 256 (Super: 1,642,496 / 80 = 20,531.2 -> 20,544, +1,024 of the width summed,
+    +25,165,824 parameters, +0.05%). The widest MLP (Super: 28,672) is not what the
+    activation peak takes; per-layer host overheads count attention layers, not blocks.
+    A key of a block that changes its cost otherwise is refused (:data:`_BLOCK_KEYS`)."""
+    blocks = config.get("block_configs")
+    if blocks in (None, []):
+        return {}
+    if not isinstance(blocks, list) or len(blocks) != out.get("n_layers"):
+        raise InputError(file, "block_configs", f"value {str(blocks)[:60]!r} is not "
+                         f"{out.get('n_layers')} blocks (num_hidden_layers)", _BLOCK_ALLOWED)
+    if "n_heads" not in out or "d_model" not in out:
+        return {}  # refused as missing by card_from_hf_config
+    heads, d = out["n_heads"], out["d_model"]
+    groups: dict[int, int] = {}  # n_heads_in_group -> its first block
+    widths: list[int] = []
+    for i, block in enumerate(blocks):
+        if not isinstance(block, Mapping):
+            raise InputError(file, f"block_configs[{i}]", f"value {block!r} is not a block",
+                             _BLOCK_ALLOWED)
+        for part in block:
+            if part not in _BLOCK_KEYS and block[part] not in (None, False, 0, "", {}, []):
+                raise InputError(file, f"block_configs[{i}].{part}", "a part of a block "
+                                 "dse does not model", _BLOCK_ALLOWED)
+        attn, ffn = block.get("attention", {}), block.get("ffn", {})
+        for part, sub in (("attention", attn), ("ffn", ffn)):
+            if not isinstance(sub, Mapping):
+                raise InputError(file, f"block_configs[{i}].{part}", f"value {sub!r} is not "
+                                 "a table", _BLOCK_ALLOWED)
+            for key, value in sub.items():
+                if key not in _BLOCK_KEYS[part] and value not in (None, False, 0, ""):
+                    raise InputError(file, f"block_configs[{i}].{part}.{key}", f"value "
+                                     f"{value!r} changes what the block computes, which dse "
+                                     "does not model", _BLOCK_ALLOWED)
+        if not attn.get("no_op"):
+            g = attn.get("n_heads_in_group")
+            if not isinstance(g, int) or isinstance(g, bool) or g <= 0 or heads % g:
+                raise InputError(file, f"block_configs[{i}].attention.n_heads_in_group",
+                                 "missing" if g is None else f"value {g!r} is not valid",
+                                 f"a divisor of num_attention_heads {heads}, or no_op true")
+            groups.setdefault(g, i)
+        if not ffn.get("no_op"):
+            width, mult = ffn.get("intermediate_size"), ffn.get("ffn_mult")
+            if isinstance(width, int) and not isinstance(width, bool) and width > 0:
+                widths.append(width)
+            elif isinstance(mult, (int, float)) and not isinstance(mult, bool) and mult > 0:
+                n = int(2 * mult * d / 3)
+                widths.append(-(-n // 256) * 256)
+            else:
+                raise InputError(file, f"block_configs[{i}].ffn.ffn_mult", "missing" if mult
+                                 is None else f"value {mult!r} is not valid", "a positive "
+                                 "number (or a positive intermediate_size), or no_op true")
+    if not groups or not widths:
+        raise InputError(file, "block_configs", "no block with "
+                         + ("attention" if not groups else "an ffn"), _BLOCK_ALLOWED)
+    if len(groups) > 1:
+        (g0, i0), (g1, i1) = sorted(groups.items(), key=lambda kv: kv[1])[:2]
+        raise InputError(file, f"block_configs[{i1}].attention.n_heads_in_group",
+                         f"{g1} against {g0} of block {i0}: KV heads of another count per "
+                         "layer, which dse does not model", _BLOCK_ALLOWED)
+    attention = sum(1 for b in blocks if not b.get("attention", {}).get("no_op"))
+    mean = round(sum(widths) / len(widths) / heads) * heads or heads
+    extra = dict(n_layers=attention, n_kv_heads=heads // next(iter(groups)), d_ff=mean)
+    if len(widths) != attention:
+        extra["mlp_only_layers" if len(widths) > attention else "mlp_free_layers"] = abs(
+            len(widths) - attention)
+    return extra
+
+
 # layer_types values the reader models: full, sliding-window, linear and DSA attention
 _LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "linear_attention",
                           "deepseek_sparse_attention"})
@@ -729,6 +827,7 @@ def card_from_hf_config(config: Mapping[str, Any], file: str, name: str,
     out["qkv_bias"] = bool(config.get("attention_bias", model_type in {"qwen2", "qwen2_moe"}))
     out.update(_hf_layer_pattern(config, model_type, out))
     out.update(_hf_hybrid(config, out, file))
+    out.update(_hf_block_configs(config, out, file))
     if out.get("kv_lora_rank"):
         # MLA's head dims are its nope, rope and v dims; GLM-5's head_dim 64 is its rope dim
         out.pop("head_dim", None)

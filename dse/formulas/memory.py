@@ -55,7 +55,7 @@ def lora_params_per_device(m: ModelSpec, s: Shard, pp, rank, adapters):
     """All adapters resident: r (d_in + d_out) per adapted projection, per layer."""
     n_stage, dense_stage, _ = stage_layers(m, pp)
     attention = 2.0 * (m.d_model + s.heads * m.head_dim) + 2.0 * (m.d_model + s.kv_heads * m.head_dim)
-    mlp = m.mlp_matrices * (m.d_model + s.ff)
+    mlp = params.dense_mlp_share(m) * m.mlp_matrices * (m.d_model + s.ff)
     return adapters * rank * (n_stage * attention + dense_stage * mlp)
 
 

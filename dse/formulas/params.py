@@ -156,9 +156,12 @@ def attention_params(m: ModelSpec, s: Shard):
 
 
 def dense_mlp_share(m: ModelSpec):
-    """Share of the dense-MLP layers that have an MLP (1 but in Nemotron-H-style hybrids,
-    whose attention blocks have none: the mean layer then carries that share of one)."""
-    return 1.0 - m.mlp_free_layers / _xp().maximum(m.n_dense_layers, 1.0)
+    """MLPs per dense-MLP layer: 1, less in Nemotron-H-style hybrids, whose attention
+    blocks have none (mlp_free_layers: the mean layer carries that share of one), more in
+    Llama-Nemotron, whose attention-free blocks are an MLP alone (mlp_only_layers: 80
+    MLPs on 49 attention layers, 80/49 a layer)."""
+    return ((m.n_dense_layers - m.mlp_free_layers + m.mlp_only_layers)
+            / _xp().maximum(m.n_dense_layers, 1.0))
 
 
 def dense_mlp_params(m: ModelSpec, ff):
@@ -194,9 +197,16 @@ def moe_mlp_params(m: ModelSpec, s: Shard, experts):
             + m.d_model * m.n_experts + latent_projection_params(m) + bias)
 
 
+def layer_norms(m: ModelSpec):
+    """Norms of the mean layer: norms_per_layer (two pre-norms; Gemma-2 adds two
+    post-norms), and the one of each MLP-only block (mlp_only_layers) spread over the
+    layers."""
+    return m.norms_per_layer + m.mlp_only_layers / m.n_layers
+
+
 def norm_params(m: ModelSpec):
-    """The norms of one layer (two pre-norms; Gemma-2 adds two post-norms)."""
-    return m.norms_per_layer * m.norm_params * m.d_model
+    """The norms of one layer (:func:`layer_norms`)."""
+    return layer_norms(m) * m.norm_params * m.d_model
 
 
 def embedding_params(m: ModelSpec, s: Shard):

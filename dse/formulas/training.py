@@ -186,7 +186,7 @@ def layer_activation_bytes(m: ModelSpec, s: Shard, lay: Layout, tokens, seq_len,
     shard_rep = jnp.where(lay.sequence_parallel > 0.0, lay.tp, 1.0)
     # kept on every tp rank unless sequence-parallel: norm inputs, the inputs of the qkv
     # and MLP matmuls, the two residual dropout masks (1 byte per element)
-    replicated = (m.norms_per_layer + 2.0) * d * a + drop * 2.0 * d
+    replicated = (params.layer_norms(m) + 2.0) * d * a + drop * 2.0 * d
     standard = ((s.heads + s.kv_heads) * hd + s.kv_heads * hd + s.heads * hd) * a
     qk = m.qk_nope_head_dim + m.qk_rope_head_dim
     latent = (s.heads * (2.0 * qk + 2.0 * m.v_head_dim)
@@ -197,7 +197,7 @@ def layer_activation_bytes(m: ModelSpec, s: Shard, lay: Layout, tokens, seq_len,
     scores = jnp.where(sch.flash > 0.0, s.heads * 4.0,
                        s.heads * seq_len * (a + drop * (1.0 + a)))
     scores = jnp.where(recompute == 0.0, scores, 0.0)
-    dense_mlp = m.mlp_matrices * s.ff * a
+    dense_mlp = params.dense_mlp_share(m) * m.mlp_matrices * s.ff * a  # its MLPs
     _, etp, group = expert_layout(m, Parallel(lay.tp, lay.pp, lay.dp, lay.ep))
     rows = m.top_k * group / lay.ep
     # LatentMoE: the dispatched copies are latent-wide, and the latent token kept twice

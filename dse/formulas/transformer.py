@@ -101,8 +101,8 @@ def _lora(m: ModelSpec, s: Shard, p: Precision, ps: Pass, o: Options, with_mlp: 
     """
     hd = m.head_dim
     dims = (2.0 * (m.d_model + s.heads * hd) + 2.0 * (m.d_model + s.kv_heads * hd))
-    if with_mlp:
-        dims = dims + m.mlp_matrices * (m.d_model + s.ff)
+    if with_mlp:  # the MLPs of the mean dense layer (params.dense_mlp_share)
+        dims = dims + params.dense_mlp_share(m) * m.mlp_matrices * (m.d_model + s.ff)
     hit = expected_distinct(o.lora_adapters, 1.0, ps.seqs)
     flops = 2.0 * ps.tokens * o.lora_rank * dims
     bytes_ = hit * o.lora_rank * dims * 2.0 + ps.tokens * dims * p.act_bits / 8.0
@@ -130,7 +130,8 @@ def layer_parts(m: ModelSpec, s: Shard, p: Precision, ps: Pass, rates: Rates, pa
     if "linear" in features:  # hybrid: linear attention on that share of the layers
         linear_costs = linear_attention_costs(m, s, p, ps)
         groups.update({("linear", n): [(c, rates) for c in cs] for n, cs in linear_costs.items()})
-    groups["norms"] = [(op.elementwise(m.norms_per_layer * t * d, 1.0, 1.0, a, 4.0), rates)]
+    groups["norms"] = [(op.elementwise(params.layer_norms(m) * t * d, 1.0, 1.0, a, 4.0),
+                        rates)]
     groups["mlp"] = [(c, rates) for c in _mlp(m, t, s.ff, None, p, m.linear_bias)]
     if "lora" in features:
         groups["lora"] = [(_lora(m, s, p, ps, o, True), rates)]

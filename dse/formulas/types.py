@@ -98,6 +98,10 @@ class ModelSpec:
     # LatentMoE (Nemotron-3 Super, Ultra): the routed experts read and write tokens of
     # this width, projected from and back to d_model once per layer (0: d_model)
     moe_latent_size: Any = 0.0
+    # layers of an MLP and no mixer (Llama-Nemotron's attention-free blocks), counted
+    # beside the n_layers mixer layers: the mean dense layer carries (n_dense_layers -
+    # mlp_free_layers + mlp_only_layers) / n_dense_layers MLPs, each with its own norm
+    mlp_only_layers: Any = 0.0
     # Full-attention layers with shapes of their own beside sliding-window ones (Gemma 4):
     # their head dim and KV heads (0: head_dim, n_kv_heads), and whether their keys serve
     # as values (one projection, one cached tensor); kv_equal is that switch on the layer

@@ -90,3 +90,53 @@ def test_gemma_3_multimodal_configs_read_with_transformers_defaults():
     assert "num_attention_heads" not in config["text_config"]
     card = card_from_hf_config(config, "x", "x")
     assert card.spec() == lookup.load_model("gemma-3-4b").spec()
+
+
+def _nemotron_super(block=None, part=None, **changes):
+    """nvidia/Llama-3_3-Nemotron-Super-49B-v1's config, block 0's ``part`` updated."""
+    config = _config("llama-3.3-nemotron-super-49b")
+    if part:
+        config["block_configs"][block][part].update(changes)
+    return config
+
+
+def test_llama_nemotron_blocks_read_as_attention_layers_carrying_every_mlp():
+    """The 80 block_configs of Llama-3.3-Nemotron-Super-49B: 49 with attention
+    (n_heads_in_group 8: 64 / 8 = 8 KV heads), 31 attention-free (no_op), every one with an
+    MLP of width int(2 ffn_mult 8192 / 3) rounded up to 256 (HF modeling_decilm.py
+    _ffn_mult_to_intermediate_size): 1,642,496 summed. dse's 49 layers carry the 80 MLPs
+    (31 mlp_only_layers) at the mean width 20,531.2, rounded to a multiple of the 64
+    heads: 20,544."""
+    config = _config("llama-3.3-nemotron-super-49b")
+    blocks = config["block_configs"]
+    attention = [b for b in blocks if not b["attention"]["no_op"]]
+    widths = [-(-int(2 * b["ffn"]["ffn_mult"] * 8192 / 3) // 256) * 256 for b in blocks]
+    assert (len(blocks), len(attention), sum(widths)) == (80, 49, 1_642_496)
+    f = card_from_hf_config(config, "x", "x").fields
+    assert (f["n_layers"], f["n_kv_heads"], f["mlp_only_layers"], f["d_ff"]) == (49, 8, 31,
+                                                                                 20544)
+    assert abs(f["d_ff"] - sum(widths) / 80) < 64 / 2 and f["d_ff"] % 64 == 0
+    assert not f.get("mlp_free_layers")
+
+
+@pytest.mark.parametrize("block, part, changes, key", [
+    # issue 40: what DeciLM's AttentionConfig / FFNConfig can set beyond the shapes read
+    (0, "attention", dict(replace_with_linear=True), "block_configs[0].attention.replace_with_linear"),
+    (1, "ffn", dict(replace_with_linear=True), "block_configs[1].ffn.replace_with_linear"),
+    (0, "attention", dict(window_length=4096), "block_configs[0].attention.window_length"),
+    (0, "attention", dict(num_sink_tokens=4), "block_configs[0].attention.num_sink_tokens"),
+    (2, "ffn", dict(sparsify=["x"]), "block_configs[2].ffn.sparsify"),
+    (0, "attention", dict(mamba={"state_dim": 128}), "block_configs[0].attention.mamba"),
+    (1, "attention", dict(n_heads_in_group=4), "block_configs[1].attention.n_heads_in_group"),
+    (0, "attention", dict(n_heads_in_group=5), "block_configs[0].attention.n_heads_in_group"),
+    (0, "ffn", dict(ffn_mult=None), "block_configs[0].ffn.ffn_mult"),
+])
+def test_llama_nemotron_block_keys_dse_does_not_model_are_refused(block, part, changes, key):
+    """A block key that changes what the block computes is one line naming the file, the
+    key and what is allowed; so are KV heads of another count on one block (dse's
+    attention layers share one) and a head grouping that does not divide the heads."""
+    with pytest.raises(InputError) as err:
+        card_from_hf_config(_nemotron_super(block, part, **changes), "c.json", "x")
+    message = str(err.value)
+    assert message.startswith(f"c.json: {key}: ") and "(allowed: " in message
+    assert "\n" not in message

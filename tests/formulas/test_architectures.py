@@ -40,7 +40,9 @@ NEW = ["deepseek-r1", "kimi-k2", "minimax-m2", "qwen3-32b", "qwen3-next-80b-a3b"
        # LatentMoE hybrids
        "nemotron-3-super-120b-a12b", "nemotron-3-ultra-550b-a55b",
        # full-attention layers of shapes of their own (global_*)
-       "gemma-4-26b-a4b", "gemma-4-31b", "mimo-v2-flash"]
+       "gemma-4-26b-a4b", "gemma-4-31b", "mimo-v2-flash",
+       # a shape per layer (Llama-Nemotron NAS block_configs)
+       "llama-3.3-nemotron-super-49b"]
 ARCHITECTURE = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
                 "vocab_size", "n_experts", "top_k", "d_ff_expert", "n_shared_experts",
                 "n_dense_layers", "moe_layer_step", "kv_lora_rank", "q_lora_rank",
@@ -50,7 +52,7 @@ ARCHITECTURE = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_f
                 "index_n_heads", "index_head_dim", "mlp_free_layers", "linear_key_heads",
                 "linear_key_head_dim", "linear_value_head_dim", "linear_state_bits",
                 "index_layer_fraction", "moe_latent_size", "global_head_dim",
-                "global_kv_heads", "global_kv_equal", "norms_per_layer")
+                "global_kv_heads", "global_kv_equal", "norms_per_layer", "mlp_only_layers")
 
 
 @pytest.mark.parametrize("name", NEW)
@@ -170,6 +172,35 @@ def test_active_counts_under_each_sources_convention():
         assert abs(n - published) <= _allowed(published), (card.name, n, published)
 
 
+def test_llama_nemotron_super_by_hand():
+    """Llama-3.3-Nemotron-Super-49B from its 80 block_configs (tests/data/hf_configs; HF
+    modeling_decilm.py): D 8192, vocab 128256 untied. An attention block's q and o 8192 x
+    64 x 128 each, k and v 8 KV heads of 128 (n_heads_in_group 8): 150,994,944; a block's
+    SwiGLU MLP 3 x 8192 x its width, int(2 ffn_mult 8192 / 3) rounded up to 256; an
+    RMSNorm before each attention (49) and each MLP (80) and the final one: 130 x 8192.
+    Sum 49,867,145,216 (the Hub's '49.9B'). dse's layer has one width, the 80 MLPs' mean
+    1,642,496 / 80 = 20,531.2 rounded to 20,544 (a multiple of the 64 heads), so its count
+    is 3 x 8192 x (80 x 20,544 - 1,642,496) = 25,165,824 more (+0.05%); the mean layer
+    carries 80 / 49 MLPs (and as many tensor-parallel all-reduces) and 129 / 49 norms."""
+    from dse.formulas.params import dense_mlp_share, layer_norms
+
+    d = 8192
+    blocks = json.loads((CONFIGS / "llama-3.3-nemotron-super-49b.json").read_text())[
+        "block_configs"]
+    attention = sum(1 for b in blocks if not b["attention"]["no_op"])
+    widths = [-(-int(2 * b["ffn"]["ffn_mult"] * d / 3) // 256) * 256 for b in blocks]
+    per_attention = 2 * d * 64 * 128 + 2 * d * 8 * 128
+    by_hand = (2 * 128256 * d + attention * per_attention + 3 * d * sum(widths)
+               + (attention + len(widths) + 1) * d)
+    assert (per_attention, by_hand) == (150_994_944, 49_867_145_216)
+    _, totals, _ = _counts(["llama-3.3-nemotron-super-49b"])
+    assert totals[0] == pytest.approx(by_hand, rel=1e-3)
+    assert totals[0] == pytest.approx(by_hand + 3 * d * (80 * 20544 - sum(widths)), rel=1e-7)
+    spec = catalogue.load_model("llama-3.3-nemotron-super-49b").spec()
+    assert float(dense_mlp_share(spec)) * 49 == pytest.approx(80)
+    assert float(layer_norms(spec)) * 49 == pytest.approx(129)
+
+
 @pytest.mark.parametrize("name, embedding, non_embedding", [
     ("nemotron-4-340b", 9.4e9, 331.6e9),  # Nemotron-4 340B report (arXiv 2406.11704), Sec. 2
 ])
@@ -187,12 +218,12 @@ def test_hand_written_cards_against_the_papers_counts(name, embedding, non_embed
 
 
 KV_MODELS = ("qwen3-32b", "deepseek-r1", "gpt-oss-120b", "qwen3-next-80b-a3b", "glm-5",
-             "glm-5.2", "gemma-4-31b", "mimo-v2-flash")
+             "glm-5.2", "gemma-4-31b", "mimo-v2-flash", "llama-3.3-nemotron-super-49b")
 
 
 @pytest.fixture(scope="module")
 def kv_sweep():
-    """One sweep: the eight models at 62,000 and 126,000 prompt tokens, 16-bit cache."""
+    """One sweep: the nine models at 62,000 and 126,000 prompt tokens, 16-bit cache."""
     return sweep_text(f"""
 [study]
 dtype = "float64"
@@ -237,7 +268,10 @@ def test_kv_bytes_per_token_by_hand(kv_sweep):
     - keys and values of their own sizes, MiMo-V2-Flash: the 9 full-attention layers
       (0, 5, 11, ..., 47) cache 4 KV heads of a 192 key and a 128 value, 9 x 4 x 320 x 2 B
       = 23,040 B; the 39 windowed layers (8 KV heads) hold 128 tokens each: 39 x 128 x
-      5,120 B."""
+      5,120 B;
+    - attention-free blocks, Llama-3.3-Nemotron-Super-49B: only its 49 attention blocks
+      of 80 cache (block_configs: 31 are attention no_op), 8 KV heads of 128 each
+      (n_heads_in_group 8 of 64 heads): 49 x 2 x 8 x 128 x 2 B = 200,704 B."""
     assert _kv_per_token(kv_sweep, "qwen3-32b")[0] == pytest.approx(262_144, rel=1e-9)
     assert _kv_per_token(kv_sweep, "deepseek-r1")[0] == pytest.approx(70_272, rel=1e-9)
     per_token, short = _kv_per_token(kv_sweep, "gpt-oss-120b")
@@ -254,6 +288,9 @@ def test_kv_bytes_per_token_by_hand(kv_sweep):
     per_token, short = _kv_per_token(kv_sweep, "mimo-v2-flash")
     assert per_token == pytest.approx(23_040, rel=1e-9)
     assert short == pytest.approx(62_002 * 23_040 + 39 * 128 * 5_120, rel=1e-9)
+    assert _kv_per_token(kv_sweep, "llama-3.3-nemotron-super-49b")[0] == pytest.approx(
+        49 * 2 * 8 * 128 * 2, rel=1e-9)
+    assert 49 * 2 * 8 * 128 * 2 == 200_704
 
 
 def test_a_hybrid_decode_step_reads_a_constant_state(kv_sweep):
