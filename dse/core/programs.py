@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import math
 import os
 from pathlib import Path
 
@@ -114,12 +115,75 @@ def run(fn, identity: str, *args):
     return call(*leaves)
 
 
+MIN_BATCH = 16  # the smallest batch a vector of trials is padded to
+MAX_BATCH = 1 << 12  # larger vectors keep their length (padding would cost up to 2x)
+
+
 def call(evaluator, point, models, hardware) -> dict:
-    """``evaluator.traced(point, models, hardware)`` through the kept program."""
+    """``evaluator.traced(point, models, hardware)`` through the kept program.
+
+    Points of one shape family share one program (:func:`canonical_point`): a single
+    point of any rank is evaluated as scalars, and a vector of n trials (validation
+    rows, a search's batch) is padded to the next power of two; the outputs come back in
+    the shapes the point's own program gives.
+    """
     identity = "|".join(["evaluate", evaluator.mode, ",".join(evaluator.names),
                          canonical(evaluator.features), evaluator.dtype])
+    if directory() is None or tracing(jax.tree_util.tree_leaves(point)):
+        restore = None
+    else:
+        point, restore = canonical_point(point)
     out = run(evaluator.traced, identity, point, models, hardware)
-    return {n: out[n] for n in evaluator.names}
+    return {n: out[n] if restore is None else restore(out[n]) for n in evaluator.names}
+
+
+def canonical_point(point):
+    """``(point', restore)``: a point in the shape its program is kept for, and the map
+    from an output of ``point'`` to the output ``point`` gives (None: ``point`` as it is).
+
+    The evaluator is elementwise over the point's axes, so only the shapes change:
+
+    - one point (every leaf of size 1, as a study at fixed values): every leaf a scalar;
+      an output gets the point's rank back as trailing axes of length 1;
+    - a vector of trials (every leaf of shape (n,) or (1,)): the (n,) leaves padded to
+      the next power of two (at least :data:`MIN_BATCH`, for n up to :data:`MAX_BATCH`)
+      with their last value, a valid point; an output's trial axis (its last, of that
+      length) is cut back to n.
+
+    A validation's row batches, a search's trial batches and the single points of
+    small studies so reuse one compiled program across sizes and studies. Grids keep
+    their shapes: their outputs are laid out over the axes they vary along.
+    """
+    import numpy as np
+
+    leaves, treedef = jax.tree_util.tree_flatten(point)
+    shapes = [np.shape(x) for x in leaves]
+    if not leaves:
+        return point, None
+    if all(math.prod(s) == 1 for s in shapes):
+        rank = max(len(s) for s in shapes)
+        if rank == 0 or any(len(s) != rank for s in shapes):
+            return point, None
+        scalars = [np.reshape(np.asarray(x), ()) for x in leaves]
+        ones = (1,) * rank
+        return (jax.tree_util.tree_unflatten(treedef, scalars),
+                lambda v: np.reshape(np.asarray(v), np.shape(v) + ones))
+    if any(len(s) != 1 for s in shapes):
+        return point, None
+    n = max(s[0] for s in shapes)
+    if n > MAX_BATCH or any(s[0] not in (1, n) for s in shapes):
+        return point, None
+    size = max(MIN_BATCH, 1 << (n - 1).bit_length())
+    if size == n:
+        return point, None
+    padded = [np.pad(np.asarray(x), (0, size - n), mode="edge") if s[0] == n else x
+              for x, s in zip(leaves, shapes)]
+
+    def restore(v):
+        v = np.asarray(v)
+        return v[..., :n] if v.ndim and v.shape[-1] == size else v
+
+    return jax.tree_util.tree_unflatten(treedef, padded), restore
 
 
 def _program(fn, folder: Path, key: str, leaves, treedef):
