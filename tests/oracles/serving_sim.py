@@ -133,17 +133,21 @@ def simulate(step_time: StepTime, *, input_len: float, output_len: float,
         cooldown = 2 * concurrency * ranks + 50
     rng = np.random.default_rng(seed)
     total = n_requests + warmup + cooldown
-    ins = lengths(rng, input_len, input_len_cv, total)
-    outs = lengths(rng, output_len, output_len_cv, total)
-    cached = np.minimum(np.rint(prefix_cache_hit * ins).astype(int), ins - 1)
-    arrival = np.full(total, math.nan)
-    admitted = np.full(total, math.nan)
-    first = np.full(total, math.nan)
-    finish = np.full(total, math.nan)
-    rank_of = np.zeros(total, int)
-    prefilled = cached.copy()
-    generated = np.zeros(total, int)
-    last = np.full(total, math.nan)  # a request's latest token
+    ins_ = lengths(rng, input_len, input_len_cv, total)
+    outs_ = lengths(rng, output_len, output_len_cv, total)
+    cached = np.minimum(np.rint(prefix_cache_hit * ins_).astype(int), ins_ - 1)
+    # per-request state as Python lists: the loop below reads and writes one element at a
+    # time, which numpy arrays make several times slower (the same values: Python's
+    # floats and ints are float64 and exact integers)
+    ins, outs = ins_.tolist(), outs_.tolist()
+    arrival = [math.nan] * total
+    admitted = [math.nan] * total
+    first = [math.nan] * total
+    finish = [math.nan] * total
+    rank_of = [0] * total
+    prefilled = cached.tolist()
+    generated = [0] * total
+    last = [math.nan] * total  # a request's latest token
     gap_r: list[int] = []  # (request, gap, how many such gaps in a row)
     gap_v: list[float] = []
     gap_n: list[int] = []
@@ -194,7 +198,7 @@ def simulate(step_time: StepTime, *, input_len: float, output_len: float,
                     finished += 1
                     if concurrency:
                         make(now, k)
-            running[k] = [r for r in running[k] if np.isnan(finish[r])]
+            running[k] = [r for r in running[k] if finish[r] != finish[r]]  # not finished (NaN)
 
     while finished < total:
         while pending and pending[0][0] <= now:
@@ -272,7 +276,7 @@ def simulate(step_time: StepTime, *, input_len: float, output_len: float,
             work.append((decoding, chunks))
         for _, chunks in work:
             for r, _ in chunks:
-                if np.isnan(admitted[r]):
+                if admitted[r] != admitted[r]:  # NaN: not admitted yet
                     admitted[r] = now
         log.append((now, now + dt, 1, in_flight, True))
         now += dt
@@ -287,6 +291,9 @@ def simulate(step_time: StepTime, *, input_len: float, output_len: float,
                     generated[r] = 1
                     first[r] = last[r] = now
         retire()
+    arrival, admitted, first, finish = (np.asarray(a, float) for a in
+                                        (arrival, admitted, first, finish))
+    outs = outs_
     order = np.lexsort((np.arange(total), arrival))
     kept = order[warmup:warmup + n_requests]
     start, end = arrival[kept[0]], arrival[kept[-1]]
