@@ -200,6 +200,27 @@ def _ape(pred, measured):
     return np.where(np.isfinite(e), e, np.inf)
 
 
+def shown(predicted: float, ape: float, reasons: int) -> str:
+    """A worst row's prediction as the table prints it: the value and its error, or why
+    there is none (the point's infeasibility reasons: a load past the capacity the
+    calibration gives is ``overloaded``)."""
+    if np.isfinite(predicted):
+        return f"{predicted:>10.4g} ({ape:.0f}%)"
+    why = ", ".join(n for n, bit in REASON_BITS.items() if reasons & bit)
+    return f"no number ({why or 'not finite'})"
+
+
+def _json_safe(v):
+    """``v`` with every non-finite float as None (JSON has no NaN or Infinity)."""
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    if isinstance(v, (float, np.floating)):
+        return float(v) if np.isfinite(v) else None
+    return v
+
+
 def _finite(v: float) -> float | None:
     """JSON has no NaN: None for a scale the calibration does not have."""
     return float(v) if np.isfinite(v) else None
@@ -361,6 +382,10 @@ class Validation:
         return Path(path)
 
     def to_json(self) -> dict:
+        """The summary as JSON values (a row with no prediction: null, not NaN)."""
+        return _json_safe(self._summary())
+
+    def _summary(self) -> dict:
         return dict(data=self.data, calibration=self.calibration, rows=len(self.cases),
                     statuses=self.statuses(), stats=self.stats(), worst=self.worst(),
                     residual_log_sd=_finite(self.residual_log_sd),
@@ -397,7 +422,7 @@ class Validation:
         lines += ["", f"worst {n_worst} rows (calibrated):"]
         for r in self.worst(n_worst):
             lines.append(f"  {r['id']:<52} {r['hardware']:<14} measured {r['measured']:>10.4g} "
-                         f"predicted {r['predicted']:>10.4g} ({r['ape']:.0f}%)")
+                         f"predicted {shown(r['predicted'], r['ape'], r['infeasible'])}")
         if self.flagged.any():
             lines += ["", "flagged (known source anomalies, not scored):"]
             for i in np.flatnonzero(self.flagged):

@@ -210,3 +210,28 @@ def test_a_stated_recomputation_is_the_one_applied(notes, level):
     from dse.validate.rows import recompute_level
 
     assert recompute_level(notes) == level
+
+
+def test_a_row_with_no_prediction_says_why_and_its_json_is_standard():
+    """A serving row whose offered load the calibrated model cannot carry has no number:
+    the worst-rows table says which infeasibility (not "nan (nan%)") and the JSON summary
+    writes null (JSON has no NaN; a strict parser refuses it)."""
+    import json
+
+    from dse.schema.outputs import REASON_BITS
+    from dse.validate.validation import _json_safe, shown
+
+    bits = REASON_BITS["overloaded"]
+    assert shown(float("nan"), float("nan"), bits) == "no number (overloaded)"
+    assert shown(float("nan"), float("nan"), 0) == "no number (not finite)"
+    assert shown(12.5, 25.0, 0) == "      12.5 (25%)"  # 12.5 against a measured 10 or 16.7
+    summary = _json_safe(dict(worst=[dict(predicted=float("nan"), ape=np.float64("inf"),
+                                          measured=66.46, id="r")], stats={"p90": np.inf}))
+    text = json.dumps(summary)
+
+    def refuse(token):
+        raise ValueError(token)
+
+    parsed = json.loads(text, parse_constant=refuse)
+    assert parsed == dict(worst=[dict(predicted=None, ape=None, measured=66.46, id="r")],
+                          stats={"p90": None})
