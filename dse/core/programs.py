@@ -34,6 +34,7 @@ import os
 from pathlib import Path
 
 import jax
+import numpy as np
 
 from .._version import __version__
 from .fusion import jit, tracing
@@ -154,8 +155,6 @@ def canonical_point(point):
     small studies so reuse one compiled program across sizes and studies. Grids keep
     their shapes: their outputs are laid out over the axes they vary along.
     """
-    import numpy as np
-
     leaves, treedef = jax.tree_util.tree_flatten(point)
     shapes = [np.shape(x) for x in leaves]
     if not leaves:

@@ -221,11 +221,6 @@ def _json_safe(v):
     return v
 
 
-def _finite(v: float) -> float | None:
-    """JSON has no NaN: None for a scale the calibration does not have."""
-    return float(v) if np.isfinite(v) else None
-
-
 def group(c: Case) -> str:
     """The row's group in the error tables: its kind, serving latency split into means,
     percentiles (tails) and throughputs, which answer different questions."""
@@ -382,18 +377,16 @@ class Validation:
         return Path(path)
 
     def to_json(self) -> dict:
-        """The summary as JSON values (a row with no prediction: null, not NaN)."""
-        return _json_safe(self._summary())
-
-    def _summary(self) -> dict:
-        return dict(data=self.data, calibration=self.calibration, rows=len(self.cases),
-                    statuses=self.statuses(), stats=self.stats(), worst=self.worst(),
-                    residual_log_sd=_finite(self.residual_log_sd),
-                    ttft_log_sd=_finite(self.ttft_log_sd),
-                    coverage_90=self.coverage(),
-                    flagged=[self._row(i, "calibrated") for i in np.flatnonzero(self.flagged)],
-                    assumed={c.id: c.assumed for c in self.cases if c.assumed},
-                    skipped=[dataclasses.asdict(s) for s in self.skips])
+        """The summary as JSON values (a row with no prediction, a scale the calibration
+        does not have: null, not NaN)."""
+        return _json_safe(dict(
+            data=self.data, calibration=self.calibration, rows=len(self.cases),
+            statuses=self.statuses(), stats=self.stats(), worst=self.worst(),
+            residual_log_sd=self.residual_log_sd, ttft_log_sd=self.ttft_log_sd,
+            coverage_90=self.coverage(),
+            flagged=[self._row(i, "calibrated") for i in np.flatnonzero(self.flagged)],
+            assumed={c.id: c.assumed for c in self.cases if c.assumed},
+            skipped=[dataclasses.asdict(s) for s in self.skips]))
 
     def table(self, n_worst: int = 10) -> str:
         counts = self.statuses()
