@@ -32,7 +32,8 @@ _OPTIONAL_INT = ("n_kv_heads", "norms_per_layer", "head_dim", "learned_pos_rows"
                  "moe_layer_step", "linear_layers", "linear_key_heads", "linear_value_heads",
                  "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel",
                  "linear_state_bits", "index_topk", "index_n_heads", "index_head_dim",
-                 "mlp_free_layers", "mlp_only_layers", "moe_latent_size", "global_head_dim", "global_kv_heads",
+                 "mlp_free_layers", "mlp_only_layers", "moe_latent_size", "global_head_dim",
+                 "global_kv_heads",
                  "vision_layers", "vision_width", "vision_d_ff",
                  "vision_merge", "vision_mergers", "vision_patch_inputs", "vision_positions")
 _BOOL = ("tied_embeddings", "qkv_bias", "linear_bias", "qk_norm", "norm_bias",
