@@ -331,6 +331,18 @@ def _tagged(step, nodes: _Nodes, load: Load, s: _State, p, closed, full: bool):
     return out
 
 
+def fastest_decode_step(step, batch):
+    """The shorter of the decode steps at batch 1 and at ``batch`` (the most that can
+    decode together), a floor under every step in between where the step grows with the
+    batch. Measured kernel surfaces need not: a table's GEMM at M = 1 can measure slower
+    than at M = 2-8 (aiconfigurator-core's vLLM FP8 table on B200: 23 us at M = 1, 10.4-10.7
+    us at M = 2-6, N = 1024, K = 8192), and a bracket from batch 1 alone then leaves the
+    fixed point outside (a closed loop of 4 clients priced at batch-1 steps, its TTFT the
+    shortfall by Little's law: 33 s instead of 0.2 s). Where the step grows with the
+    batch it is the step at batch 1, as before."""
+    return jnp.minimum(step(1.0, 0.0, 0.0), step(jnp.maximum(batch, 1.0), 0.0, 0.0))
+
+
 def _solve(step, nodes: _Nodes, load: Load, closed, iterations: int) -> _State:
     """The fixed point, in one loop: relax the step mean field, and every ``INNER``
     relaxations take a bisection step, ``BISECTIONS`` of them, then relax ``iterations``
@@ -349,11 +361,14 @@ def _solve(step, nodes: _Nodes, load: Load, closed, iterations: int) -> _State:
     clients = jnp.minimum(load.clients, load.slots)
     n_target = clients
     init_tau = step(1.0, 0.0, 0.0)
+    # the shortest decode step the loop can run: closed, at most its clients decoding;
+    # open, at most its slots
+    fastest = fastest_decode_step(step, jnp.where(n_target > 0.0, n_target, load.slots))
     # (the state takes every axis of the load and of the lengths: a spread of the prompt
     # lengths as a study axis of its own shaped the iteration's values, not its start)
     zero = 0.0 * (load.rate + n_target + init_tau + nodes.mean_prompt + nodes.mean_decode
                   + load.ranks + load.balance)
-    # the bracket: no request is faster than its decode steps at batch 1; none slower
+    # the bracket: no request is faster than its decode steps at their fastest; none slower
     # than its prompt and decode steps all at the longest step (every slot decoding, a
     # full budget of prompt), except past the prompt server's limit (below half of it)
     # nor faster than the prompt server at its best (full budgets at batch 1; twice that
@@ -361,7 +376,7 @@ def _solve(step, nodes: _Nodes, load: Load, closed, iterations: int) -> _State:
     # a float32 search from n / 1e-30 would overflow
     prompt_best = load.budget / jnp.maximum(nodes.mean_prompt * step(1.0, load.budget, 1.0),
                                             1e-30)
-    x_hi = jnp.minimum(n_target / jnp.maximum(nodes.mean_decode * init_tau, 1e-30),
+    x_hi = jnp.minimum(n_target / jnp.maximum(nodes.mean_decode * fastest, 1e-30),
                        2.0 * prompt_best) + zero
     longest = step(load.slots, load.budget, 1.0)
     slowest = (nodes.mean_decode + jnp.ceil(nodes.mean_prompt / load.budget) + 2.0) * longest
@@ -369,9 +384,9 @@ def _solve(step, nodes: _Nodes, load: Load, closed, iterations: int) -> _State:
     x_lo = jnp.minimum(n_target / slowest, 0.5 * prompt_limit)
     lo = jnp.log(jnp.maximum(jnp.minimum(x_lo, 0.5 * x_hi), 1e-30))
     hi = jnp.log(jnp.maximum(x_hi, 1e-30))
-    # the open loop's running batch: no fewer than its arrivals decoding at batch-1 steps
+    # the open loop's running batch: no fewer than its arrivals decoding at the fastest steps
     rate = load.rate + zero
-    b_lo = jnp.log(jnp.maximum(rate * nodes.mean_decode * init_tau, 1e-30))
+    b_lo = jnp.log(jnp.maximum(rate * nodes.mean_decode * fastest, 1e-30))
     b_hi = jnp.log(jnp.maximum(load.slots + zero, 1e-30))
     b_lo = jnp.minimum(b_lo, b_hi)
     lo, hi = jnp.where(closed, lo, b_lo), jnp.where(closed, hi, b_hi)

@@ -233,8 +233,9 @@ def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Se
                               hbm_free=jnp.maximum(free, 0.0), kappa=kappa, devices=devices,
                               wait=0.0, response=response, recompute_per_token=recompute)
 
-    # the closed loop's bracket: no faster than its sessions thinking and decoding alone
-    alone = output_len * step0(1.0, 0.0, 0.0)
+    # the closed loop's bracket: no faster than its sessions thinking and decoding at the
+    # fastest decode steps they can run (load.fastest_decode_step)
+    alone = output_len * load.fastest_decode_step(step0, jnp.minimum(ss.sessions / k, ld.slots))
     top = jnp.log(jnp.maximum(ss.sessions / k * turns / jnp.maximum(
         (turns - 1.0) * ss.think_s + turns * alone, 1e-30), 1e-30))
     zero = 0.0 * (step0(1.0, 0.0, 0.0) + per_seq + room + turns + top + open_rate

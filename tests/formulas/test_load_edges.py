@@ -4,10 +4,13 @@ is known by hand."""
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import pytest
 
 from dse.formulas import load as L
 from dse.formulas.serving import node_axes
+
+from ..oracles.serving_sim import simulate
 
 # step(B decoding, P prompt tokens, n chunks) = a + b B + c P seconds
 A, B, C = 0.01, 1e-4, 2e-5
@@ -114,3 +117,34 @@ concurrency = 4
         assert np.allclose(spread[name].sel(input_len_cv=0.0).values, fixed[name].values,
                            rtol=1e-6, atol=0.0), name
         assert np.isfinite(spread[name].values).all()
+
+
+def _dipping(b, p, n):
+    """A decode step slower at batch 1 than at 2 or more (as a measured GEMM table's
+    M = 1 can be: dse.formulas.load.fastest_decode_step), affine in the prompt tokens."""
+    return 0.008 + jnp.where((b > 0.5) & (b < 1.5), 0.004, 0.0) + C * p
+
+
+def test_a_closed_loop_whose_batch_one_step_is_slowest_runs_at_its_batch():
+    """Four clients on an engine whose decode step at batch 1 (12 ms) is slower than at
+    2-4 (8 ms): they decode together at 8 ms steps, as the discrete-event oracle runs
+    them (tests/oracles/serving_sim.py, the same step). A throughput bracket taken from
+    the batch-1 step alone left the fixed point outside it: x = 4 / (D x 12 ms), and by
+    Little's law a third of each cycle spent waiting before the prompt (TTFT 1.0 s where
+    the oracle measures 0.019 s)."""
+    lengths = L.Lengths(512.0, 0.5, 256.0, 0.5)
+    with node_axes():
+        out = jax.jit(lambda: L.serve(_dipping, lengths, L.Load(0.0, 4.0, 1.0, 256.0, 8192.0,
+                                                                0.0, 0.0),
+                                      percentiles=False))()
+
+    def step(decoding, chunks):
+        return float(_dipping(decoding, sum(t for t, _ in chunks), len(chunks)))
+
+    sim = simulate(step, input_len=512, output_len=256, input_len_cv=0.5, output_len_cv=0.5,
+                   concurrency=4, max_num_seqs=256, max_num_tokens=8192, n_requests=600,
+                   warmup=100, seed=3)
+    assert float(out["ttft_s"]) == pytest.approx(sim.ttft().mean(), rel=0.25)
+    assert float(out["tpot_s"]) == pytest.approx(sim.tpot().mean(), rel=0.05)
+    assert float(out["request_throughput_req_s"]) == pytest.approx(sim.throughput_req_s(),
+                                                                  rel=0.05)
