@@ -515,8 +515,10 @@ _SPECULATIVE = re.compile(r"(?<!no )\bMTP\b|\bEAGLE\b|\bNEXTN\b")
 
 def _speculation(row) -> dict:
     """A row's speculative decoding (``spec_tokens``, ``spec_acceptance``); notes that
-    speak of it (MTP, EAGLE) without the columns leave the row unscorable."""
+    speak of it (MTP, EAGLE) leave the row unscorable unless ``spec_tokens`` is stated
+    (``0``: a run that states it decoded without, e.g. a table's "without EAGLE" column)."""
     k = _number(row, "spec_tokens", int, 0)
+    stated = bool((row.get("spec_tokens") or "").strip())
     accepted = _number(row, "spec_acceptance", float, 0.0)
     if k < 0 or accepted < 0 or (accepted and not 1.0 <= accepted <= k + 1.0):
         raise ValueError(f"spec_acceptance {accepted:g} with spec_tokens {k}: the tokens a "
@@ -524,7 +526,7 @@ def _speculation(row) -> dict:
     if not k and "speculative decoding undetermined" in row.get("notes", ""):
         raise _Unscorable("unmodelled", "speculative decoding undetermined: the run's "
                           "source ran its layout at its concurrency with and without it")
-    if not k and _SPECULATIVE.search(row.get("notes", "")):
+    if not stated and _SPECULATIVE.search(row.get("notes", "")):
         raise _Unscorable("unmodelled", "the notes state speculative decoding (MTP / EAGLE) "
                           "and spec_tokens does not")
     return dict(spec_tokens=float(k), spec_acceptance=accepted)

@@ -56,6 +56,9 @@ ROWS = [
     _row(id="mtp-notes", metric="tpot_ms", value="8", **dict(RUN, notes="with MTP (2 drafts)")),
     _row(id="mtp-past", metric="tpot_ms", value="8",
          **dict(RUN, spec_tokens="1", spec_acceptance="2.5")),
+    # notes that name EAGLE beside a stated 0: a table's "without EAGLE" column
+    _row(id="eagle-off", metric="tpot_ms", value="12",
+         **dict(RUN, spec_tokens="0", notes="the 'Without EAGLE' value; with EAGLE: 5 ms")),
 ]
 
 
@@ -142,6 +145,9 @@ def test_what_cannot_be_scored_says_why(result):
     assert rows["bad-ep"]["status"] == "bad_row" and "moe_tp x ep" in rows["bad-ep"]["note"]
     assert rows["mtp-notes"]["status"] == "unmodelled"
     assert "spec_tokens does not" in rows["mtp-notes"]["note"]
+    # spec_tokens stated as 0 is plain decoding, whatever the notes name: c8's TPOT
+    assert rows["eagle-off"]["status"] == "scored"
+    assert rows["eagle-off"]["predicted"] == rows["c8-tpot_ms"]["predicted"]
     assert rows["mtp-past"]["status"] == "bad_row"
     assert "1 .. spec_tokens + 1" in rows["mtp-past"]["note"]
     assert rows["nim"]["status"] == "scored"
