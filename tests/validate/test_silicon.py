@@ -198,3 +198,29 @@ def test_twins_are_named_and_an_id_that_contradicts_its_fields_is_an_anomaly(tmp
     first, second = case(good), case(bad)
     assert isinstance(first, Case) and not first.flag
     assert isinstance(second, Case) and second.flag.startswith("source anomaly: the id names")
+
+
+# Two runs of one Dynamo deployment as aiconfigurator-core 0.12.0 ships them (Apache-2.0):
+# Qwen3-32B on GB200, TensorRT-LLM, tp 2; 1 client with batch 1, 8 clients with batch 4.
+DYNAMO = """\
+id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,prefill_batch_size,prefill_num_workers,prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,prefill_moe_tp_size,prefill_moe_ep_size,decode_batch_size,decode_num_workers,decode_tp_size,decode_pp_size,decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms
+qwen_qwen3_32b_qwen_qwen3_32b_gb200_trtllm_agg_2000x500_c1_tp2_epnone_2,source_file=/Users/harrli/projects/aic-auto-gap-analysis/data/gb200/trtllm/1.3.0rc1/Qwen_Qwen3-32B.csv; gtl_task_id=dynamo_trtllm_agg-20260323-001201-060256; silicon_concurrency=1; measured=2026-03-23; image=nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.9.0; dynamo_version=0.9.0,trtllm,1.3.0rc1,Qwen/Qwen3-32B,gb200,,agg,2000,500,,,1,2,1,0,0,0,,,,,,,,,,,,,,,102.75674709999998,8.069687527755512
+qwen_qwen3_32b_qwen_qwen3_32b_gb200_trtllm_agg_2000x500_c8_tp2_epnone_4,source_file=/Users/harrli/projects/aic-auto-gap-analysis/data/gb200/trtllm/1.3.0rc1/Qwen_Qwen3-32B.csv; gtl_task_id=dynamo_trtllm_agg-20260323-001201-060256; silicon_concurrency=8; measured=2026-03-23; image=nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.9.0; dynamo_version=0.9.0,trtllm,1.3.0rc1,Qwen/Qwen3-32B,gb200,,agg,2000,500,,,4,2,1,0,0,0,,,,,,,,,,,,,,,533.97033451875,27.639192036335167
+"""
+
+
+def test_a_concurrency_of_several_workers_batches_scores_one_workers_share(tmp_path):
+    """batch_size is one aggregated worker's: 8 clients over workers of batch 4 (tp 2,
+    attention-DP 1) are 2 workers of 4 clients each, and one of them is scored; 1 client
+    at batch 1 is one worker. (Read as one worker capped at 4, the other 4 clients would
+    wait out whole requests: dse put that row's TTFT at 3.8 s against 0.53 s measured.)"""
+    src = tmp_path / "silicon_sample.csv"
+    src.write_text(DYNAMO)
+    out = tmp_path / "measured_silicon.csv"
+    assert convert(src, out, "0.12.0") == 2
+    with out.open(newline="") as f:
+        one, _, eight, _ = csv.DictReader(f)
+    assert (one["concurrency"], one["max_num_seqs"]) == ("1", "1")
+    assert "workers" not in one["notes"]
+    assert (eight["concurrency"], eight["max_num_seqs"], eight["n_devices"]) == ("4", "4", "2")
+    assert "2 workers: silicon_concurrency 8 is 2 x the worker's batch 4" in eight["notes"]
