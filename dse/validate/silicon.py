@@ -44,8 +44,9 @@ What is read, field by field (upstream column -> dse column):
   ``speculative decoding undetermined``, likewise unscored.
 - ``silicon_concurrency`` (in the provenance string) -> ``concurrency``: the benchmark
   client's concurrent requests; where it is missing, an aggregated row's batch x dp.
-  Where it is k > 1 whole times an aggregated worker's batch x dp (Dynamo deployments of
-  k workers behind one router), one worker's share, c / k, with a note.
+  Where it is k > 1 whole times an aggregated worker's batch x dp and the worker count is
+  not stated (29 Dynamo gap-analysis runs), the run is a source anomaly (``ANOMALY:``):
+  neither one worker at that cap nor k workers give its TTFT and TPOT.
 
 What is checked across rows:
 
@@ -301,17 +302,15 @@ def _is_mtp(run: dict, layouts) -> bool:
     return bool(found) and all(r["spec_decoding"] == "mtp" for r in found)
 
 
-def _agg_workers(clients, batch: int, dp: int) -> int:
-    """The aggregated workers a run's concurrency spans: k where the clients are k > 1
-    times a whole multiple of the worker's batch x attention-DP ranks (1 otherwise).
-    aiconfigurator's ``batch_size`` is one worker's; the gap-analysis runs of Dynamo
-    deployments (29 in 0.12.0) state a concurrency of 2-32 times it, and their TTFTs
-    are those of workers that admit every client at once (Qwen3-32B on GB200, batch 1,
-    tp 2: 103 ms at 1 client, 226 ms at 2; one worker capped at 1 would have kept the
-    second client waiting out the first's 500 tokens)."""
-    if not (clients and batch) or clients <= batch * dp or clients % (batch * dp):
-        return 1
-    return clients // (batch * dp)
+def _past_the_batch(clients, batch: int, dp: int) -> bool:
+    """An aggregated run whose concurrency is k > 1 whole times its worker's batch x
+    attention-DP ranks. aiconfigurator's ``batch_size`` is one worker's; 29 gap-analysis
+    runs of Dynamo deployments in 0.12.0 state 2-32 times it, and fit neither reading:
+    Qwen3-32B on GB200, tp 2, batch 1 at 2 clients measures TTFT 226 ms (one worker
+    capped at 1 would keep the second client waiting out the first's 500 tokens: about
+    2 s) and TPOT 42 ms (two workers of 1 client would decode at the 8 ms its 1-client
+    run measures)."""
+    return bool(clients and batch) and clients > batch * dp and clients % (batch * dp) == 0
 
 
 def convert_row(row: dict, version: str, lent: tuple[str, ...] = (),
@@ -347,13 +346,13 @@ def convert_row(row: dict, version: str, lent: tuple[str, ...] = (),
             notes.append(f"silicon_concurrency not stated: batch {batch} x attention-DP {dp}")
         notes += _speculation_of(row, layouts)
         clients = int(conc.group(1)) if conc else (batch * dp if batch else "")
-        workers = _agg_workers(clients, batch, dp)
-        if workers > 1:
-            notes.append(f"{workers} workers: silicon_concurrency {clients} is {workers} x "
-                         f"the worker's batch {batch} x attention-DP {dp}, a deployment of "
-                         f"{workers} such aggregated workers behind one router; the "
-                         f"{clients // workers} clients of one worker are scored")
-            clients //= workers
+        if _past_the_batch(clients, batch, dp):
+            notes.append(f"ANOMALY: silicon_concurrency {clients} is {clients // (batch * dp)} "
+                         f"x the worker's batch {batch} x attention-DP {dp}, and the run's "
+                         "worker count is not stated: one worker at that cap would keep the "
+                         "other clients waiting out whole requests (the gap-analysis runs' "
+                         "TTFTs show no such wait), several would decode at the pace of "
+                         "fewer clients (their TPOTs are 3-5x that)")
     elif mode == "disagg":
         out["serving"] = "disagg"
         for p in ("prefill", "decode"):

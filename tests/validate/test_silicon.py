@@ -209,18 +209,24 @@ qwen_qwen3_32b_qwen_qwen3_32b_gb200_trtllm_agg_2000x500_c8_tp2_epnone_4,source_f
 """
 
 
-def test_a_concurrency_of_several_workers_batches_scores_one_workers_share(tmp_path):
-    """batch_size is one aggregated worker's: 8 clients over workers of batch 4 (tp 2,
-    attention-DP 1) are 2 workers of 4 clients each, and one of them is scored; 1 client
-    at batch 1 is one worker. (Read as one worker capped at 4, the other 4 clients would
-    wait out whole requests: dse put that row's TTFT at 3.8 s against 0.53 s measured.)"""
+def test_a_concurrency_past_the_workers_batch_is_an_anomaly(tmp_path):
+    """batch_size is one aggregated worker's: 8 clients at batch 4 (tp 2, attention-DP
+    1) state a worker count neither reading fits (one worker capped at 4 would make 4
+    clients wait out whole requests, TTFT about 4 s against 0.53 s measured; two
+    workers of 4 would decode at about the 1-client run's 8 ms, against 27.6 ms): the
+    row is marked, kept as stated, and not scored; 1 client at batch 1 is read as it
+    is."""
     src = tmp_path / "silicon_sample.csv"
     src.write_text(DYNAMO)
     out = tmp_path / "measured_silicon.csv"
     assert convert(src, out, "0.12.0") == 2
     with out.open(newline="") as f:
-        one, _, eight, _ = csv.DictReader(f)
+        rows = list(csv.DictReader(f))
+    one, eight = rows[0], rows[2]
     assert (one["concurrency"], one["max_num_seqs"]) == ("1", "1")
-    assert "workers" not in one["notes"]
-    assert (eight["concurrency"], eight["max_num_seqs"], eight["n_devices"]) == ("4", "4", "2")
-    assert "2 workers: silicon_concurrency 8 is 2 x the worker's batch 4" in eight["notes"]
+    assert "ANOMALY" not in one["notes"]
+    assert (eight["concurrency"], eight["max_num_seqs"], eight["n_devices"]) == ("8", "4", "2")
+    assert "ANOMALY: silicon_concurrency 8 is 2 x the worker's batch 4" in eight["notes"]
+    kinds = [case(r) for r in rows]
+    assert isinstance(kinds[0], Case) and not kinds[0].flag
+    assert isinstance(kinds[2], Case) and kinds[2].flag.startswith("source anomaly")
