@@ -331,7 +331,7 @@ def _tagged(step, nodes: _Nodes, load: Load, s: _State, p, closed, full: bool):
     return out
 
 
-def fastest_decode_step(step, batch):
+def fastest_decode_step(step, batch, one=None):
     """The shorter of the decode steps at batch 1 and at ``batch`` (the most that can
     decode together), a floor under every step in between where the step grows with the
     batch. Measured kernel surfaces need not: a table's GEMM at M = 1 can measure slower
@@ -339,8 +339,9 @@ def fastest_decode_step(step, batch):
     us at M = 2-6, N = 1024, K = 8192), and a bracket from batch 1 alone then leaves the
     fixed point outside (a closed loop of 4 clients priced at batch-1 steps, its TTFT the
     shortfall by Little's law: 33 s instead of 0.2 s). Where the step grows with the
-    batch it is the step at batch 1, as before."""
-    return jnp.minimum(step(1.0, 0.0, 0.0), step(jnp.maximum(batch, 1.0), 0.0, 0.0))
+    batch it is the step at batch 1, as before (``one``: that step, where known)."""
+    one = step(1.0, 0.0, 0.0) if one is None else one
+    return jnp.minimum(one, step(jnp.maximum(batch, 1.0), 0.0, 0.0))
 
 
 def _solve(step, nodes: _Nodes, load: Load, closed, iterations: int) -> _State:
@@ -363,7 +364,8 @@ def _solve(step, nodes: _Nodes, load: Load, closed, iterations: int) -> _State:
     init_tau = step(1.0, 0.0, 0.0)
     # the shortest decode step the loop can run: closed, at most its clients decoding;
     # open, at most its slots
-    fastest = fastest_decode_step(step, jnp.where(n_target > 0.0, n_target, load.slots))
+    fastest = fastest_decode_step(step, jnp.where(n_target > 0.0, n_target, load.slots),
+                                  init_tau)
     # (the state takes every axis of the load and of the lengths: a spread of the prompt
     # lengths as a study axis of its own shaped the iteration's values, not its start)
     zero = 0.0 * (load.rate + n_target + init_tau + nodes.mean_prompt + nodes.mean_decode

@@ -235,10 +235,12 @@ def _session_serve(step_of, sm, ld: load.Load, lengths: load.Lengths, ss, sv: Se
 
     # the closed loop's bracket: no faster than its sessions thinking and decoding at the
     # fastest decode steps they can run (load.fastest_decode_step)
-    alone = output_len * load.fastest_decode_step(step0, jnp.minimum(ss.sessions / k, ld.slots))
+    one = step0(1.0, 0.0, 0.0)
+    alone = output_len * load.fastest_decode_step(step0, jnp.minimum(ss.sessions / k, ld.slots),
+                                                  one)
     top = jnp.log(jnp.maximum(ss.sessions / k * turns / jnp.maximum(
         (turns - 1.0) * ss.think_s + turns * alone, 1e-30), 1e-30))
-    zero = 0.0 * (step0(1.0, 0.0, 0.0) + per_seq + room + turns + top + open_rate
+    zero = 0.0 * (one + per_seq + room + turns + top + open_rate
                   + sum(lengths) + sum(ld) + sum(ss))
     # the load model's outputs and the caches are carried from the last relaxation (one
     # program for the load model: its CDFs are read at the SLOs there)

@@ -352,7 +352,7 @@ def convert_row(row: dict, version: str, lent: tuple[str, ...] = (),
                          "worker count is not stated: one worker at that cap would keep the "
                          "other clients waiting out whole requests (the gap-analysis runs' "
                          "TTFTs show no such wait), several would decode at the pace of "
-                         "fewer clients (their TPOTs are 3-5x that)")
+                         "fewer clients, faster than the TPOTs measured")
     elif mode == "disagg":
         out["serving"] = "disagg"
         for p in ("prefill", "decode"):
