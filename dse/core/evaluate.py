@@ -131,7 +131,8 @@ def _serving(p: InferencePoint, hw: HardwareSpec) -> Serving:
                    # context balancing holds context requests: a disaggregated worker's
                    # prompts (prefill pool: nothing decodes; decode pool: generation-init
                    # requests) are not held
-                   jnp.where(p.serving == disagg.DISAGG, 0.0, hw.adp_balance_iters))
+                   jnp.where(p.serving == disagg.DISAGG, 0.0, hw.adp_balance_iters),
+                   p.num_prompts, p.scheduler_recv_interval)
 
 
 
@@ -227,7 +228,9 @@ def _pooled(p: InferencePoint) -> InferencePoint:
         # a closed loop: each pool's workers share the clients (dse.formulas.disagg)
         # (a prefill worker runs one client, its queue follows in disagg.combine)
         concurrency=three(p.concurrency, jnp.minimum(p.concurrency, 1.0),
-                          p.concurrency / p.decode_workers))
+                          p.concurrency / p.decode_workers),
+        # a benchmark run's first wave: the prefill pool's queue (disagg.combine)
+        num_prompts=three(p.num_prompts, 0.0 * p.num_prompts, 0.0 * p.num_prompts))
     return dataclasses.replace(lead, **pool)
 
 
@@ -282,7 +285,7 @@ def _evaluate_disagg(p: InferencePoint, models: ModelSpec, hardware: HardwareSpe
         p.request_rate, p.concurrency, p.output_len, pre, dec, p.prefill_workers, p.decode_workers, transfer,
         p.kv_transfer_overlap, m.n_layers, usd_per_s,
         p.prefill_workers * watts(pre) + p.decode_workers * watts(dec), p.ttft_slo_s,
-        p.tpot_slo_s)
+        p.tpot_slo_s, p.num_prompts)
     joined.update(n_devices=n_devices, prefill_devices=p.prefill_workers * devices_p,
                   decode_devices=p.decode_workers * devices_d,
                   throughput_per_device_tok_s=joined["throughput_tok_s"] / n_devices,

@@ -123,12 +123,49 @@ def wait_quantile(mean_wait, rho, q):
     return jnp.maximum(mean_wait / safe * jnp.log(safe / (1.0 - q)), 0.0)
 
 
+def burst_queue(clients, prompts, workers_p, service_s, mean_wait, rho):
+    """(mean, P50/P90/P99) of the wait in front of a prefill worker over a closed-loop
+    benchmark run of ``prompts`` requests whose ``clients`` start together (0 prompts:
+    the steady state's, ``mean_wait`` at load ``rho``): the first wave, a share b =
+    clients / prompts of the requests, finds clients / workers_p prompts at each worker,
+    its own anywhere among them (a uniform wait from 0 to (clients / workers_p - 1)
+    service); the rest wait as in the steady state (:func:`wait_quantile`). The
+    percentiles are the mixture's (a bisection of its CDF)."""
+    b = jnp.where(prompts > 0.0, jnp.clip(clients / jnp.maximum(prompts, 1.0), 0.0, 1.0), 0.0)
+    span = jnp.maximum(clients / workers_p - 1.0, 0.0) * service_s
+    mean = b * 0.5 * span + (1.0 - b) * mean_wait
+    safe = jnp.clip(rho, 1e-9, 1.0 - 1e-9)
+
+    def cdf(t):
+        steady = 1.0 - safe * jnp.exp(-safe * t / jnp.maximum(mean_wait, 1e-30))
+        steady = jnp.where(mean_wait > 0.0, steady, 1.0)
+        return b * jnp.clip(t / jnp.maximum(span, 1e-30), 0.0, 1.0) + (1.0 - b) * steady
+
+    out = []
+    for share in (0.5, 0.9, 0.99):
+        hi = jnp.maximum(span, wait_quantile(mean_wait, rho, share)) + 1e-12
+
+        def step(_, bounds, share=share):
+            lo, hi = bounds
+            mid = 0.5 * (lo + hi)
+            below = cdf(mid) < share
+            return jnp.where(below, mid, lo), jnp.where(below, hi, mid)
+
+        lo, hi = jax.lax.fori_loop(0, BISECTIONS, step, (0.0 * hi, hi))
+        steady_q = wait_quantile(mean_wait, rho, share)
+        out.append(jnp.where(b > 0.0, 0.5 * (lo + hi), steady_q))
+    return mean, out
+
+
 def combine(rate, clients, out_len, prefill: dict, decode: dict, workers_p, workers_d,
-            transfer, overlap, n_layers, usd_per_s, watts, ttft_slo, tpot_slo) -> dict:
+            transfer, overlap, n_layers, usd_per_s, watts, ttft_slo, tpot_slo,
+            prompts=0.0) -> dict:
     """The deployment's outputs from one prefill worker's and one decode worker's under
     their shares of the load (dicts of the load model's outputs): ``rate`` requests/s
     (open loop), or ``clients`` (closed loop; rate 0): throughput by Little's law over
-    the whole deployment, clients / E2E; a closed loop is never overloaded."""
+    the whole deployment, clients / E2E; a closed loop is never overloaded. ``prompts``:
+    the requests of a closed-loop benchmark run whose clients start together
+    (:func:`burst_queue`; 0: the steady state)."""
     closed = clients > 0.0
     cap_p = workers_p * prefill["capacity_req_s"]
     cap_d = workers_d * decode["capacity_req_s"]
@@ -154,11 +191,13 @@ def combine(rate, clients, out_len, prefill: dict, decode: dict, workers_p, work
                                       prefill["ttft_s"] + exposed + wait + rest)
     queue_p = jnp.where(closed, queue_p, 0.0)
     rho_p = x_closed * service / workers_p
+    queue_p, queue_q = burst_queue(jnp.maximum(clients, 1.0), jnp.where(closed, prompts, 0.0),
+                                   workers_p, service, queue_p, rho_p)
     ttft = prefill["ttft_s"] + queue_p + exposed + wait
     out = dict(ttft_s=ttft, tpot_s=decode["tpot_s"], e2e_s=ttft + rest,
                queue_s=prefill["queue_s"] + queue_p + wait, frontend_s=prefill["frontend_s"])
-    for q, share in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
-        queued = jnp.where(closed, wait_quantile(queue_p, rho_p, share), 0.0)
+    for (q, share), queued_q in zip((("p50", 0.5), ("p90", 0.9), ("p99", 0.99)), queue_q):
+        queued = jnp.where(closed, queued_q, 0.0)
         out[f"ttft_{q}_s"] = prefill[f"ttft_{q}_s"] + queued + exposed + wait
         out[f"tpot_{q}_s"] = decode[f"tpot_{q}_s"]
         out[f"itl_{q}_s"] = decode[f"itl_{q}_s"]  # the decode pool's steps alone

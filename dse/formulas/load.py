@@ -96,6 +96,13 @@ class Load(NamedTuple):
     # always does, as the request loads are modelled (agentic sessions set 1: a thinking
     # session's next turn often finds its replica idle)
     idle: Any = 0.0
+    # requests of a closed-loop benchmark run (vllm bench serve --num-prompts), its clients
+    # starting together on an idle engine: the first wave's share of the requests runs in
+    # lock step (:func:`lockstep`); 0: the steady state
+    prompts: Any = 0.0
+    # decode steps between the scheduler's looks for new requests (SGLang
+    # --scheduler-recv-interval; a prompt step is followed by a look at once); 1: every step
+    poll: Any = 1.0
 
 
 class Lengths(NamedTuple):
@@ -170,9 +177,12 @@ def _steps(step: StepTime, nodes: _Nodes, load: Load, s: _State, closed, clients
                                / jnp.maximum(s.tbar, 1e-30), cap)
     carry = 1.0 - (1.0 - carry) * (1.0 - jnp.minimum(x * s.tbar * _continuation(nodes, cap),
                                                       1.0))
-    p_d = 1.0 - (1.0 - carry) * jnp.exp(-a_d)
-    p_m = 1.0 - (1.0 - carry) * jnp.exp(-a_m)
-    f = p_d / jnp.maximum(1.0 - p_m + p_d, 1e-12)
+    # a scheduler that looks for new requests every N decode steps (:func:`_tagged`)
+    # admits a look's worth of arrivals at once: prompt steps that many times rarer
+    look = _look(load, s, tau_d, closed)
+    p_d = 1.0 - (1.0 - carry) * jnp.exp(-a_d * look)
+    p_m = 1.0 - (1.0 - carry) * jnp.exp(-a_m * look)
+    f = p_d / jnp.maximum(1.0 - p_m + p_d, 1e-12) / look
     # The prompt server (time) works a share rho_t = lambda E[I] t_full / M of the time
     # in full steps. In a busy period (M/G/1: E[I] / (1 - rho_t) prompt tokens) prompt
     # steps are full but the last, so at most that many tokens per prompt step: prompts
@@ -242,6 +252,16 @@ def _steps(step: StepTime, nodes: _Nodes, load: Load, s: _State, closed, clients
     return s._replace(tbar=tbar, var_t=var_t, f=f, m1=m1), parts
 
 
+def _look(load: Load, s: _State, tau_d, closed):
+    """Steps' worth of arrivals a look of the scheduler gathers (1: it looks every step):
+    the N - 1 decode steps a request arriving in a run of them waits out beyond the mean
+    field's (:func:`_tagged`), over the mean step."""
+    decoding = jnp.where(closed, jnp.where(load.separate > 0.0, 1.0, 1.0 - s.f),
+                         (1.0 - s.f) * tau_d / jnp.maximum(s.tbar, 1e-30))
+    gathered = jnp.maximum(load.poll - 1.0, 0.0) * tau_d * jnp.clip(decoding, 0.0, 1.0)
+    return 1.0 + gathered / jnp.maximum(s.tbar, 1e-30)
+
+
 def _seen_decode_step(step, b, closed, share, slots):
     """The decode step as a decoding request sees it: itself and the others (open loop:
     Poisson occupancy, as normal nodes; closed loop: the other clients' share)."""
@@ -257,9 +277,22 @@ def _tagged(step, nodes: _Nodes, load: Load, s: _State, p, closed, full: bool):
     x, ei = s.x, nodes.mean_prompt
     et2 = s.var_t + s.tbar ** 2
     residual = jnp.where(closed, 0.0, et2 / (2.0 * s.tbar)) * busy(load, s, nodes)
-    # prompts arriving with it: closed loop, the others finishing in the same step;
-    # open loop, those arriving during the (size-biased) step it arrives in
-    arrivals = jnp.where(closed, x * s.tbar, x * et2 / s.tbar) * p["share"]
+    # a scheduler that looks for new requests every N decode steps (SGLang's receive
+    # skipper: a decode step counts 1, a prompt step N at once): a request that arrives
+    # in a run of decode steps waits for the next look, N / 2 decode steps on average
+    # where the mean field's arrival met the step's end (closed loop) or its residual
+    # (open), and the prompts of the N steps join at the look, prefilled together; one
+    # that arrives in a prompt step is looked for at its end. A closed loop's requests
+    # arrive as others finish, in steps that decode: every one on an engine that
+    # prefills apart (SGLang), a share 1 - f of steps on one that mixes; an open loop's
+    # arrive in time. ``look``: the steps' worth of arrivals a look gathers
+    look = _look(load, s, p["tau_d"], closed)
+    # (an engine with nothing else running looks at once: none of the others decoding)
+    poll_wait = 0.5 * (look - 1.0) * s.tbar * (1.0 - jnp.exp(-p["b"] * p["share"]))
+    # prompts arriving with it: closed loop, the others finishing in the same step (or,
+    # polled, in the steps a look gathers); open loop, those arriving during the
+    # (size-biased) step it arrives in
+    arrivals = jnp.where(closed, x * s.tbar, x * et2 / s.tbar) * p["share"] * look
     # open loop: the wait for the prompt server, M/G/1 in time: its unfinished work at an
     # arrival (Pollaczek-Khinchine, in tokens at M per full step) beyond the step in
     # progress and the carry-over, at t_full per M tokens; busy with probability rho_t
@@ -317,13 +350,13 @@ def _tagged(step, nodes: _Nodes, load: Load, s: _State, p, closed, full: bool):
     every_rank_decodes = (1.0 - jnp.exp(-p["b"])) ** ranks
     adp_wait = jnp.where((load.ranks > 1.0) & (load.balance > 0.0),
                          0.5 * cycle * s.tbar * every_rank_decodes, 0.0)
-    prompt_wait = prompt_wait + adp_wait
+    prompt_wait = prompt_wait + adp_wait + poll_wait
     prefill = prefill + prompt_wait
     # the prompt work queued when a request starts to decode (M/G/1: a departure leaves
     # the time-average workload behind, mean pk in tokens, busy with probability rho_t)
     backlog_s = jnp.where(closed, 0.0, pk / p["cap"] * p["t_full"])
     out = dict(residual=residual, prefill=prefill, prompt_wait=prompt_wait, tpot=tpot,
-               backlog_s=backlog_s,
+               backlog_s=backlog_s, look=look,
                tpot_n=tpot_n,
                decode_time=decode_time, t_full=t_full, backlog=backlog, arrivals=arrivals)
     if full:
@@ -490,63 +523,89 @@ def serve(step: StepTime, lengths: Lengths, load: Load, iterations: int = ITERAT
                request_throughput_req_s=x, running_batch=p["b"], capacity_req_s=capacity,
                utilization=utilization, overloaded=overloaded, mean_step_s=s.tbar,
                prompt_step_share=s.f)
+    lock = lockstep(step, nodes, lengths, load)
+    # clients beyond the slots wait for slots to free: S departures per cycle
+    lock["wait"] = jnp.where(lock["weight"] > 0.0, slot_wait_closed * x
+                             / jnp.maximum(lock["x"], 1e-30), 0.0)
     if percentiles:
-        out.update(tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed))
-    return _with_lockstep(out, lockstep(step, nodes, lengths, load), slot_wait_closed,
-                          percentiles, rank)
+        out.update(tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed,
+                         lock))
+    return _with_lockstep(out, lock, percentiles, rank)
 
 
 def lockstep(step: StepTime, nodes: _Nodes, lengths: Lengths, load: Load) -> dict:
     """A closed loop in waves: the clients' requests arrive together and the engine
     prefills the wave, n = min(c, S) prompts of P tokens, in K = ceil(n P / M) prompt
-    steps of the budget M before any of them decodes; they then decode together and
-    finish together, and the next wave arrives. The requests of the first prompt step
-    (k1 = ceil(P / M) steps for a prompt) have their first token after k1 steps, the last
-    after K: the mean TTFT is (K + k1) / 2 steps of the wave. A request whose prompt is
-    done early waits for the wave's prefill before it decodes, which its TPOT counts.
+    steps of the budget M; they then decode together and finish together, and the next
+    wave arrives. The requests of the first prompt step (k1 = ceil(P / M) steps for a
+    prompt) have their first token after k1 steps, the last after K: the mean TTFT is
+    (K + k1) / 2 steps of the wave. A request whose prompt is done early waits for the
+    wave's prefill before it decodes (SGLang), or decodes in the wave's prompt steps
+    (vLLM, TensorRT-LLM: they carry the decodes of the prompts done, n / 2 on average,
+    in their budget), which its TPOT counts.
 
     This is how a closed loop of benchmark clients with fixed lengths runs on an engine
     that runs prefill steps apart from decode steps (SGLang): nothing breaks the waves
     up. Spread lengths do (a request that finishes a step early comes back a step early
-    and is prefilled alone): ``weight`` is the share of lock-step, exp(-d) with d the
-    spread of the completion times in steps (output_cv x decode steps + input_cv x
-    prompt steps); the discrete-event oracle (tests/oracles) dissolves the waves at a
-    spread of 0.1 already. Engines that mix prompt chunks into decode steps (vLLM,
-    TensorRT-LLM) start the first requests' decodes while the rest of the wave is
-    prefilled; the waves stagger after one cycle, and the mean field holds (weight 0)."""
+    and is prefilled alone): the steady share of lock step is exp(-d), d the spread of
+    the completion times in steps (output_cv x decode steps + input_cv x prompt steps);
+    the discrete-event oracle (tests/oracles) dissolves the waves at a spread of 0.1
+    already. Engines that mix prompt chunks into decode steps (vLLM, TensorRT-LLM) start
+    the first requests' decodes while the rest of the wave is prefilled; the waves
+    stagger after one cycle, and the mean field holds (steady share 0).
+
+    A benchmark run of N requests (``load.prompts``: ``vllm bench serve --num-prompts``,
+    InferenceX's and srt-slurm's 10 x concurrency) starts its c clients together on an
+    idle engine, whatever the engine and the spread: its first wave is one, c / N of the
+    requests it measures, and the rest run as the steady state. ``weight`` is the share
+    of requests in lock step: c / N + (1 - c / N) x the steady share."""
     n = jnp.maximum(jnp.minimum(load.clients, load.slots), 1.0)
     prompt, budget = jnp.maximum(nodes.mean_prompt, 1.0), load.budget
     total = n * prompt
-    k = jnp.maximum(jnp.ceil(total / budget - 1e-6), 1.0)
-    k1 = jnp.minimum(jnp.maximum(jnp.ceil(prompt / budget - 1e-6), 1.0), k)
-    per_step = jnp.minimum(jnp.maximum(budget / prompt, 1.0), n)
-    rest = total - (k - 1.0) * budget
-    wave = ((k - 1.0) * step(0.0, jnp.minimum(budget, total), per_step)
-            + step(0.0, rest, jnp.maximum(rest / prompt, 1.0)))
+    mixed = 1.0 - load.separate
+    # a mixed engine's wave steps decode the prompts already done: from none to n over
+    # the wave, n / 2 on average (at most half the budget)
+    k0 = jnp.maximum(jnp.ceil(total / budget - 1e-6), 1.0)
+    decoding = mixed * jnp.minimum(0.5 * n * (k0 - 1.0) / k0, 0.5 * budget)
+    room = budget - decoding
+    k = jnp.maximum(jnp.ceil(total / room - 1e-6), 1.0)
+    k1 = jnp.minimum(jnp.maximum(jnp.ceil(prompt / room - 1e-6), 1.0), k)
+    per_step = jnp.minimum(jnp.maximum(room / prompt, 1.0), n)
+    rest = total - (k - 1.0) * room
+    wave = ((k - 1.0) * step(decoding, jnp.minimum(room, total), per_step)
+            + step(decoding, rest, jnp.maximum(rest / prompt, 1.0)))
     first = wave * k1 / k
     ttft = 0.5 * (first + wave)
     d = nodes.mean_decode
     tau = step(n, 0.0, 0.0)
-    spread_s = jnp.where(d > 0.5, (wave - first) / jnp.maximum(d, 1.0), 0.0)
+    # the wait for the rest of the wave, spread over a request's decode steps; a mixed
+    # engine's request decodes in those steps (one token each): only their excess over a
+    # decode step counts
+    excess = 1.0 - mixed * jnp.clip(tau * k / jnp.maximum(wave, 1e-30), 0.0, 1.0)
+    spread_s = jnp.where(d > 0.5, (wave - first) * excess / jnp.maximum(d, 1.0), 0.0)
     tpot = tau + 0.5 * spread_s
-    e2e = wave + d * tau
+    # a mixed engine's early requests finish early by the tokens they decoded in the wave
+    e2e_hi = wave + d * tau
+    e2e_lo = e2e_hi - mixed * jnp.minimum(k - k1, d) * tau
+    e2e = 0.5 * (e2e_lo + e2e_hi)
+    closed = load.clients > 0.0
     spread = lengths.output_cv * d + lengths.input_cv * prompt / budget
-    weight = jnp.where(load.clients > 0.0, load.separate * jnp.exp(-spread), 0.0)
+    steady = jnp.where(closed, load.separate * jnp.exp(-spread), 0.0)
+    run = jnp.where(closed & (load.prompts > 0.0),
+                    jnp.clip(load.clients / jnp.maximum(load.prompts, 1.0), 0.0, 1.0), 0.0)
+    weight = run + (1.0 - run) * steady
     return dict(weight=weight, n=n, wave=wave, first=first, ttft=ttft, tpot=tpot, tau=tau, d=d,
-                spread_s=spread_s, e2e=e2e, x=n / jnp.maximum(e2e, 1e-30),
-                batch=n * d * tau / jnp.maximum(e2e, 1e-30), own=wave / k)
+                spread_s=spread_s, e2e=e2e, e2e_lo=e2e_lo, e2e_hi=e2e_hi,
+                x=n / jnp.maximum(e2e, 1e-30), batch=n * d * tau / jnp.maximum(e2e, 1e-30),
+                own=wave / k)
 
 
-def _with_lockstep(out: dict, lock: dict, slot_wait_closed, percentiles: bool,
-                   rank: int = 0) -> dict:
+def _with_lockstep(out: dict, lock: dict, percentiles: bool, rank: int = 0) -> dict:
     """The mean field's outputs and the lock-step waves', mixed by the waves' share:
-    means, throughput (cycle times), the CDFs as mixtures; percentiles blended (the
-    share is near 0 or 1 but in a narrow passage)."""
-    w = lock["weight"]
+    means, throughput (cycle times); the percentiles and CDFs are the mixtures' own
+    (:func:`dse.formulas.load_tails.tails`), as are the gaps between tokens'."""
+    w, wait = lock["weight"], lock["wait"]
     x = 1.0 / (w / lock["x"] + (1.0 - w) / jnp.maximum(out["request_throughput_req_s"], 1e-30))
-    # clients beyond the slots wait for slots to free: S departures per cycle
-    wait = jnp.where(w > 0.0, slot_wait_closed * out["request_throughput_req_s"]
-                     / jnp.maximum(lock["x"], 1e-30), 0.0)
 
     def mix(key, v):
         return w * v + (1.0 - w) * out[key]
@@ -558,13 +617,6 @@ def _with_lockstep(out: dict, lock: dict, slot_wait_closed, percentiles: bool,
                utilization=x / jnp.maximum(out["capacity_req_s"], 1e-30))
     if not percentiles:
         return res
-    first, wave = lock["first"] + wait, lock["wave"] + wait
-    width = jnp.maximum(wave - first, 1e-12)
-    tpot_lo, tpot_width = lock["tau"], jnp.maximum(lock["spread_s"], 1e-12)
-    for q in (50, 90, 99):
-        res[f"ttft_p{q}_s"] = mix(f"ttft_p{q}_s", first + q / 100.0 * (wave - first))
-        res[f"tpot_p{q}_s"] = mix(f"tpot_p{q}_s", tpot_lo + q / 100.0 * lock["spread_s"])
-        res[f"e2e_p{q}_s"] = mix(f"e2e_p{q}_s", lock["e2e"] + wait)
     # a wave's gaps between tokens are its decode steps, but for each request's first: it
     # waits for the rest of the wave's prefill, 0 to wave - first beyond its step (one gap
     # in d)
@@ -572,11 +624,4 @@ def _with_lockstep(out: dict, lock: dict, slot_wait_closed, percentiles: bool,
                         1.0 / jnp.maximum(lock["d"], 1.0), rank)
     for q, value in zip((50, 90, 99), itl):
         res[f"itl_p{q}_s"] = value
-    ttft_cdf, tpot_cdf = out["ttft_cdf"], out["tpot_cdf"]
-    res["ttft_cdf"] = lambda v: (w * jnp.clip((v - first) / width, 0.0, 1.0)
-                                 + (1.0 - w) * ttft_cdf(v))
-    res["tpot_cdf"] = lambda v: (w * jnp.clip((v - tpot_lo) / tpot_width, 0.0, 1.0)
-                                 + (1.0 - w) * tpot_cdf(v))
     return res
-
-

@@ -59,10 +59,19 @@ def busy(load, s, nodes):
     return jnp.where(load.idle > 0.0, occupied, 1.0)
 
 
-def tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed) -> dict:
+def tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed,
+          lock: dict | None = None) -> dict:
     """P50/P90/P99 of TTFT, TPOT and E2E, the CDFs of TTFT and TPOT, and the gaps
     between tokens (``itl_gaps``: :func:`gaps`, whose percentiles
     :func:`dse.formulas.load.serve` takes with the lock-step waves').
+
+    With ``lock`` (:func:`dse.formulas.load.lockstep`, its ``wait`` for slots added),
+    each distribution is the mixture of the mean field's and, with the share of requests
+    in lock step, the waves' (TTFT uniform from the first prompt step's end to the
+    wave's, TPOT uniform over the wait spread, E2E uniform over the wave's finishes), and
+    the percentiles are the mixture's own: a blend of the two's percentiles puts a
+    median in the first wave where it is a tenth of a benchmark's requests. Where every
+    request is in lock step they are the waves' in closed form.
     """
     cap, bs, chunks = p["cap"], p["bs"], p["chunks"]
     x, ei = s.x, nodes.mean_prompt
@@ -76,7 +85,7 @@ def tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed) -
     prob = prob * lengths / jnp.sum(prob * lengths, 0)
     # prompts arriving with it (closed loop: finishing in the same step; open loop: during
     # the step it arrives in), Poisson: 0, 1, 2 or (the tail) 3 and more of them
-    mean_k = jnp.where(closed, x * s.tbar, x * lengths) * p["share"]
+    mean_k = jnp.where(closed, x * s.tbar, x * lengths) * p["share"] * t["look"]
     count = q.lead(np.arange(CO_NODES, dtype=float), rank + 1)
     pk = q.poisson_pmf(count, mean_k[None])
     tail = jnp.maximum(1.0 - jnp.sum(pk[:-1], 0), 0.0)
@@ -164,23 +173,53 @@ def tails(step, nodes, load, s, p, t, closed, slot_wait, p_wait, extra_closed) -
         v = jnp.reshape(v, jnp.shape(v)[:lead] + (1,) + jnp.shape(v)[lead:])
         return jnp.sum(qw * q.lognormal_cdf(v, mu_e, sigma_e), lead)
 
-    cdfs = (ttft_at, tpot_at, e2e_at)
-    # (what they read is in their parameters: _quantiles' derivative closes over no array)
-    params = ((w3, start, width3), (live, shift, mu, sigma), (qw, mu_e, sigma_e))
-
     bounds = (
         (jnp.maximum(jnp.min(start, (0, 1, 2)) * 0.5, 1e-9),
          (jnp.max(start, (0, 1, 2)) + jnp.max(width3, (0, 1, 2))) * 2.0 + 1e-9),
         (shift + jnp.maximum(jnp.min(tpot_q, 0) - shift, 1e-12) * 0.01,
          shift + (jnp.max(tpot_q, 0) - shift) * 20.0 + 1e-9),
         (mean_t * 0.2 + 1e-9, (mean_t + jnp.max(dq * tpot_q, 0)) * 4.0 + 1e-9))
+    field = ((ttft_at, (w3, start, width3)), (tpot_at, (live, shift, mu, sigma)),
+             (e2e_at, (qw, mu_e, sigma_e)))
+    if lock is None:
+        cdfs, params = zip(*field)
+        waves = None
+    else:
+        wait = lock["wait"]
+        # the waves' uniforms: (start, width) of TTFT, TPOT and E2E
+        waves = ((lock["first"] + wait, lock["wave"] - lock["first"]),
+                 (lock["tau"], lock["spread_s"]),
+                 (lock["e2e_lo"] + wait, lock["e2e_hi"] - lock["e2e_lo"]))
+        cdfs = tuple(_mixed(cdf) for cdf, _ in field)
+        params = tuple((lock["weight"], a, jnp.maximum(b, 1e-12), par)
+                       for (_, par), (a, b) in zip(field, waves))
+        # brackets that hold the waves too (the mean field's own where none runs in them)
+        some = lock["weight"] > 0.0
+        bounds = tuple((jnp.where(some, jnp.minimum(lo, 0.5 * a), lo),
+                        jnp.where(some, jnp.maximum(hi, 2.0 * (a + b) + 1e-9), hi))
+                       for (lo, hi), (a, b) in zip(bounds, waves))
+    # (what they read is in their parameters: _quantiles' derivative closes over no array)
     probs = (PERCENTILES,) * 3
-    ttft_p, tpot_p, e2e_p = _quantiles(cdfs, probs, rank, params, bounds)
+    found = _quantiles(cdfs, probs, rank, params, bounds)
+    if waves is not None:  # every request in lock step: the uniforms' quantiles
+        every = lock["weight"] >= 1.0
+        found = tuple(jnp.where(every, a + q.lead(list(PERCENTILES), rank) * b, f)
+                      for f, (a, b) in zip(found, waves))
+    ttft_p, tpot_p, e2e_p = found
     return dict(ttft_p50_s=ttft_p[0], ttft_p90_s=ttft_p[1], ttft_p99_s=ttft_p[2],
                 tpot_p50_s=tpot_p[0], tpot_p90_s=tpot_p[1], tpot_p99_s=tpot_p[2],
                 e2e_p50_s=e2e_p[0], e2e_p90_s=e2e_p[1], e2e_p99_s=e2e_p[2],
                 itl_gaps=gaps(step, load, s, p, closed, rank),
-                ttft_cdf=lambda v: ttft_at(params[0], v), tpot_cdf=lambda v: tpot_at(params[1], v))
+                ttft_cdf=lambda v: cdfs[0](params[0], v), tpot_cdf=lambda v: cdfs[1](params[1], v))
+
+
+def _mixed(cdf):
+    """The CDF of the mixture of ``cdf`` (share 1 - w) and a uniform from a over b (share
+    w, the lock-step waves'), in the parameters as :func:`_quantiles` calls it."""
+    def at(par, v, smooth=0.0):
+        w, a, b, inner = par
+        return w * q.ramp_cdf(v, a, jnp.maximum(b, smooth * v)) + (1.0 - w) * cdf(inner, v, smooth)
+    return at
 
 
 def gaps(step, load, s, p, closed, rank: int):
@@ -232,8 +271,15 @@ def _quantiles(cdfs, probs, rank: int, params, bounds):
     spread at least): a quantile at an atom (the closed loop's TTFT is a sum of steps)
     moves with the atom, where the CDF itself is flat on either side."""
     targets = [q.lead(list(ps), rank) for ps in probs]
-    init = tuple((jnp.log(lo)[None] + 0.0 * tg, jnp.log(hi)[None] + 0.0 * tg)
-                 for (lo, hi), tg in zip(bounds, targets))
+    init = []
+    for cdf, par, (lo, hi), tg in zip(cdfs, params, bounds, targets):
+        a, b = jnp.log(lo)[None] + 0.0 * tg, jnp.log(hi)[None] + 0.0 * tg
+        # the brackets take every axis the CDF's parameters have (a mixture's share may
+        # vary along an axis its bounds do not)
+        shape = jnp.broadcast_shapes(a.shape, jax.eval_shape(
+            lambda v, cdf=cdf, par=par: cdf(par, v), jnp.exp(a)).shape)
+        init.append((jnp.broadcast_to(a, shape), jnp.broadcast_to(b, shape)))
+    init = tuple(init)
 
     def body(_, brackets):
         out = []

@@ -78,7 +78,8 @@ def _replica_load(m, s, p, w, sv, rates, par, o, features, capacity, weights):
     ranks = jnp.where((m.n_experts > 0.0) & (par.ep > 1.0), par.dp, 1.0)
     ld = load.Load(sv.request_rate / par.dp, sv.concurrency / par.dp, sv.arrival_cv, slots,
                    sv.max_num_tokens, sv.separate, sv.prefix_cache_hit, ranks,
-                   sv.adp_balance_iters)
+                   sv.adp_balance_iters, prompts=sv.num_prompts / par.dp,
+                   poll=jnp.maximum(sv.recv_interval, 1.0))
     lengths = load.Lengths(w.input_len, sv.input_len_cv, out_len, sv.output_len_cv)
     return sm, ld, lengths, per_seq, act, holds, room
 

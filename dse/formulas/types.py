@@ -288,6 +288,10 @@ class Serving(NamedTuple):
     # attention-DP context balancing: a rank's prompts wait until every rank has one, at
     # most this many steps (TensorRT-LLM's attention_dp_config timeout_iters; 0: none)
     adp_balance_iters: Any = 0.0
+    # requests of a closed-loop benchmark run started on an idle engine (0: steady state)
+    num_prompts: Any = 0.0
+    # decode steps between the scheduler's looks for new requests (1: every step)
+    recv_interval: Any = 1.0
 
 
 class Power(NamedTuple):

@@ -155,6 +155,16 @@ class InferencePoint:
                            "goodput (0: none)", "s")
     tpot_slo_s: Any = knob(0.0, "seconds0", "TPOT objective a request must meet to count in "
                            "goodput (0: none)", "s")
+    num_prompts: Any = knob(0, "int0", "requests of a closed-loop benchmark run, its clients "
+                            "starting together on an idle engine (vllm bench serve "
+                            "--num-prompts; InferenceX: 10 x concurrency): its first wave "
+                            "counts in the means and percentiles (0: the steady state)",
+                            "requests", "requests of the benchmark run")
+    scheduler_recv_interval: Any = knob(1, "int", "decode steps between the scheduler's "
+                                        "looks for new requests (SGLang "
+                                        "--scheduler-recv-interval; a prompt step is followed "
+                                        "by a look at once; 1: every step)", "steps",
+                                        "scheduler receive interval")
     # Agentic sessions and KV-cache tiers (docs/serving.md#agentic-sessions): multi-turn
     # sessions whose context grows, kept between turns in HBM, host DRAM or SSD
     sessions: Any = knob(0, "int0", "concurrent agentic sessions of the deployment, each "

@@ -597,6 +597,7 @@ def _check_load(study: Study, axes_raw: dict) -> Study:
                          "one load: concurrency (closed-loop clients) or request_rate "
                          "(open-loop requests/s)")
     load_only = {n for n, o in OUTPUTS["inference"].items() if o.feature == "load"}
+    _check_run(study, closed)
     if study.under_load:
         key = "concurrency" if closed else "request_rate"
         if study.has_sessions:  # (a session study has its load at every point: checked)
@@ -632,6 +633,26 @@ def _check_load(study: Study, axes_raw: dict) -> Study:
         return dataclasses.replace(study, output=dataclasses.replace(study.output,
                                                                      variables=kept))
     return study
+
+
+def _check_run(study: Study, closed: list) -> None:
+    """num_prompts (a benchmark run of that many requests) applies to closed loops of
+    clients, at least one request per client, and not to agentic sessions."""
+    runs = [v for v in study.values("num_prompts") if v > 0]
+    if not runs:
+        return
+    if study.has_sessions:
+        raise InputError(study.file, "axes.num_prompts", "applies to a closed loop of "
+                         "benchmark clients, and the study runs agentic sessions",
+                         "num_prompts = 0 with sessions or session_rate")
+    if not closed or any(v <= 0 for v in study.values("concurrency")):
+        raise InputError(study.file, "axes.num_prompts", "is a closed-loop benchmark run's "
+                         "requests, and the study has points without clients",
+                         "axes.concurrency > 0 at every point, or num_prompts = 0")
+    if min(runs) < max(closed):
+        raise InputError(study.file, "axes.num_prompts", f"{min(runs):g} requests for "
+                         f"{max(closed):g} clients", "at least axes.concurrency (each client "
+                         "sends one request or more; 0: the steady state)")
 
 
 def _check_spec(study: Study, static: bool) -> None:

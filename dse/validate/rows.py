@@ -23,9 +23,10 @@ Metric definitions (../shared/data/README.md):
   tokens/s and requests/s completed. Load columns (optional in the CSV): ``concurrency`` or
   ``request_rate`` (one of them), ``arrival_cv``, ``framework``, ``max_num_seqs`` (else
   ``batch``: the running-batch cap per attention-DP rank), ``max_num_tokens``,
-  ``input_len_cv``, ``output_len_cv``, ``prefix_cache_hit``, and ``moe_tp`` (a wide-EP
-  layout: tp x dp = moe_tp x ep devices per worker). ``input_tokens_per_s`` counts prompt
-  tokens.
+  ``input_len_cv``, ``output_len_cv``, ``prefix_cache_hit``, ``num_prompts`` (the
+  requests of a closed-loop benchmark run whose clients start together: its first wave
+  counts), and ``moe_tp`` (a wide-EP layout: tp x dp = moe_tp x ep devices per worker).
+  ``input_tokens_per_s`` counts prompt tokens.
 - disaggregated ``serving_latency`` (``serving`` = ``disagg``, the pools' layouts in
   ``prefill_workers``, ``prefill_tp``, ... ``decode_batch``): the whole deployment under
   its open-loop ``request_rate`` (dse.formulas.disagg); or, with ``pool`` = ``prefill`` |
@@ -60,7 +61,8 @@ KINDS = ("train", "infer_decode", "infer_prefill", "serving_throughput", "servin
 # Columns a CSV may add for serving_latency rows (absent or empty: not stated).
 LOAD_COLUMNS = ("concurrency", "request_rate", "arrival_cv", "framework", "moe_tp",
                 "max_num_seqs", "max_num_tokens", "input_len_cv", "output_len_cv",
-                "prefix_cache_hit", "spec_tokens", "spec_acceptance", "ep_redundant_experts")
+                "prefix_cache_hit", "spec_tokens", "spec_acceptance", "ep_redundant_experts",
+                "num_prompts")
 # Columns a CSV may add for disaggregated serving_latency rows (dse.formulas.disagg).
 POOL_KEYS = ("workers", "tp", "pp", "dp", "ep", "moe_tp", "batch")
 DISAGG_COLUMNS = ("serving", "pool", *(f"{p}_{k}" for p in ("prefill", "decode")
@@ -644,6 +646,14 @@ def _load_knobs(row, knobs: dict, n_devices: int, framework: str, load: bool = T
         said.append("Poisson arrivals (arrival_cv 1)")
     if not cap:
         said.append("the framework's default running-batch cap")
+    prompts = _number(row, "num_prompts", int, 0)
+    if prompts and not clients:
+        raise ValueError("num_prompts (a closed-loop benchmark run's requests) with no "
+                         "concurrency")
+    if prompts and prompts < clients:
+        raise ValueError(f"num_prompts {prompts} is fewer than the {clients:g} clients")
+    if clients and not prompts and load:
+        said.append("the steady state (num_prompts not stated)")
     engine = ALIASES.get(framework, framework)
     knobs.update(_speculation(row),
                  ep_redundant_experts=float(_number(row, "ep_redundant_experts", int, 0)))
@@ -653,6 +663,7 @@ def _load_knobs(row, knobs: dict, n_devices: int, framework: str, load: bool = T
                  request_rate=rate, arrival_cv=arrival, max_num_seqs=float(cap),
                  max_num_tokens=_number(row, "max_num_tokens", float, 0.0),
                  prefix_cache_hit=_number(row, "prefix_cache_hit", float, 0.0),
+                 num_prompts=float(prompts),
                  engine=engine if engine in ENGINES else "generic",
                  n_devices=n_devices if (row.get("n_devices") or "").strip()
                  else tp * knobs["pp"] * dp, **cvs)

@@ -91,8 +91,14 @@ class Result:
         return self.completions / self.duration_s
 
 
-def lengths(rng, mean: float, cv: float, n: int) -> np.ndarray:
-    """n integer lengths >= 1, lognormal with that mean and coefficient of variation."""
+def lengths(rng, mean: float, cv: float, n: int, range_ratio: float = 0.0) -> np.ndarray:
+    """n integer lengths >= 1, lognormal with that mean and coefficient of variation; with
+    ``range_ratio`` r > 0, uniform integers from int(r x mean) to mean (``mean``: the
+    stated length), as vLLM's and InferenceX's ``benchmark_serving.py --dataset-name
+    random --random-range-ratio r`` draw them."""
+    if range_ratio > 0.0:
+        top = int(round(mean))
+        return rng.integers(int(top * range_ratio), top + 1, n)
     if cv <= 0.0:
         return np.full(n, max(int(round(mean)), 1))
     sigma2 = math.log1p(cv * cv)
@@ -106,7 +112,7 @@ def simulate(step_time: StepTime, *, input_len: float, output_len: float,
              max_num_seqs: int = 256, max_num_tokens: int = 8192, policy: str = "mixed",
              prefix_cache_hit: float = 0.0, n_requests: int = 2000, warmup: int = 200,
              cooldown: int | None = None, seed: int = 0, ranks: int = 1,
-             balance: int = 0) -> Result:
+             balance: int = 0, range_ratio: float = 0.0, recv_interval: int = 1) -> Result:
     """Run the engine until every request has completed and measure the ``n_requests``
     that arrive after the first ``warmup`` (``cooldown`` more arrive after them: by
     default 2 x concurrency x ranks + 50). Exactly one of ``concurrency`` and
@@ -124,7 +130,19 @@ def simulate(step_time: StepTime, *, input_len: float, output_len: float,
     ``batching_wait_iters`` 0; ``PyExecutor._balance_adp_requests``): prompt work is
     scheduled in a step where every rank has some, or where a counter of the steps
     since the last release reaches ``balance``, or where some rank has nothing decoding;
-    otherwise the ranks decode only."""
+    otherwise the ranks decode only.
+
+    ``range_ratio`` > 0: the lengths of a benchmark client's random dataset, uniform from
+    that share of ``input_len`` / ``output_len`` to them (:func:`lengths`). A closed loop
+    starts its clients together at time 0 on an idle engine; with ``warmup`` and
+    ``cooldown`` 0 and ``n_requests`` = N it is a benchmark run of N requests
+    (``--num-prompts N --max-concurrency c``), every one measured.
+
+    ``recv_interval`` N > 1: the scheduler looks for new requests only every N decode
+    steps, as SGLang's ``--scheduler-recv-interval`` (``SchedulerRecvSkipper``: a counter
+    that a decode step raises by 1 and any other step by 1,000, a look when it reaches N,
+    and at once when the engine is idle); requests that arrived in between wait, then
+    join together (one engine rank)."""
     if (concurrency > 0) == (request_rate > 0.0):
         raise ValueError("exactly one of concurrency and request_rate")
     if policy not in ("mixed", "separate"):
@@ -133,8 +151,8 @@ def simulate(step_time: StepTime, *, input_len: float, output_len: float,
         cooldown = 2 * concurrency * ranks + 50
     rng = np.random.default_rng(seed)
     total = n_requests + warmup + cooldown
-    ins_ = lengths(rng, input_len, input_len_cv, total)
-    outs_ = lengths(rng, output_len, output_len_cv, total)
+    ins_ = lengths(rng, input_len, input_len_cv, total, range_ratio)
+    outs_ = lengths(rng, output_len, output_len_cv, total, range_ratio)
     cached = np.minimum(np.rint(prefix_cache_hit * ins_).astype(int), ins_ - 1)
     # per-request state as Python lists: the loop below reads and writes one element at a
     # time, which numpy arrays make several times slower (the same values: Python's
@@ -200,12 +218,18 @@ def simulate(step_time: StepTime, *, input_len: float, output_len: float,
                         make(now, k)
             running[k] = [r for r in running[k] if finish[r] != finish[r]]  # not finished (NaN)
 
+    polled = recv_interval  # the receive skipper's counter (a look due at once)
     while finished < total:
-        while pending and pending[0][0] <= now:
-            r = heapq.heappop(pending)[1]
-            waiting[rank_of[r]].append(r)
+        if not any(running) and not any(waiting) and pending and pending[0][0] > now:
+            now = pending[0][0]  # idle until the next arrival, then a look at once
+            polled = recv_interval
+        if polled >= recv_interval:
+            polled = 0
+            while pending and pending[0][0] <= now:
+                r = heapq.heappop(pending)[1]
+                waiting[rank_of[r]].append(r)
         if not any(running) and not any(waiting):
-            now = pending[0][0]  # idle until the next arrival
+            polled = recv_interval  # arrivals not yet looked for, on an idle engine
             continue
         for k in range(ranks):
             while waiting[k] and len(running[k]) < max_num_seqs:
@@ -229,6 +253,7 @@ def simulate(step_time: StepTime, *, input_len: float, output_len: float,
             log.append((now, now + dt, 1, in_flight, False))
             now += dt
             steps += 1
+            polled += 1
             for rs in running:
                 for r in rs:
                     if prefilled[r] == ins[r]:
@@ -242,11 +267,17 @@ def simulate(step_time: StepTime, *, input_len: float, output_len: float,
             n = left
             if pending and len(running[rank_of[pending[0][1]]]) < max_num_seqs:
                 n = min(n, max(1, math.ceil((pending[0][0] - now) / dt)))
+            if recv_interval > 1 and (pending or any(waiting)):
+                n = min(n, max(1, recv_interval - polled))  # up to the next look
             if balance and ranks > 1:  # the counter, stepped once above, wraps every balance
                 counter = (counter + n - 1) % balance
             log.append((now, now + n * dt, n, in_flight, False))
             now += n * dt
             steps += n
+            # the counter: up to the next look, then from 0 again at each look (which
+            # found nothing on the way)
+            polled = polled + n if polled + n <= recv_interval else (
+                (polled + n - 1) % recv_interval) + 1
             for rs in running:
                 for r in rs:
                     generated[r] += n
@@ -281,6 +312,7 @@ def simulate(step_time: StepTime, *, input_len: float, output_len: float,
         log.append((now, now + dt, 1, in_flight, True))
         now += dt
         steps += 1
+        polled += 1000
         for decoding, chunks in work:
             for r in decoding:
                 generated[r] += 1

@@ -143,6 +143,14 @@ CASES = {
                                                  "spec_tokens = [1, 3]\n"
                                                  "spec_acceptance = 2.5"),
                                     "axes.spec_acceptance"),
+    # a benchmark run's requests (num_prompts): without clients, fewer than the clients,
+    # beside points with no load
+    "num_prompts_without_clients": (GOOD.replace("batch = [1, 8]", "request_rate = 4\n"
+                                                 "num_prompts = 100"), "axes.num_prompts"),
+    "num_prompts_fewer_than_clients": (GOOD.replace("batch = [1, 8]", "concurrency = [8, 64]\n"
+                                                    "num_prompts = 32"), "axes.num_prompts"),
+    "num_prompts_beside_static_points": (GOOD.replace("batch = [1, 8]", "concurrency = [0, 8]"
+                                                      "\nnum_prompts = 80"), "axes.num_prompts"),
     "spec_tokens_without_load": (GOOD.replace("batch = [1, 8]", "spec_tokens = 1"),
                                  "axes.spec_tokens"),
     "spec_tokens_beside_static_points": (GOOD.replace("batch = [1, 8]", "concurrency = [0, 8]"

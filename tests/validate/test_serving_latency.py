@@ -56,6 +56,12 @@ ROWS = [
     _row(id="mtp-notes", metric="tpot_ms", value="8", **dict(RUN, notes="with MTP (2 drafts)")),
     _row(id="mtp-past", metric="tpot_ms", value="8",
          **dict(RUN, spec_tokens="1", spec_acceptance="2.5")),
+    # a benchmark run of 80 requests from a cold start (num_prompts); one with no clients,
+    # one with fewer requests than clients
+    _row(id="run", metric="ttft_ms", value="80", **dict(RUN, num_prompts="80")),
+    _row(id="run-open", metric="ttft_ms", value="80",
+         **dict(RUN, concurrency="", request_rate="2", num_prompts="80")),
+    _row(id="run-few", metric="ttft_ms", value="80", **dict(RUN, num_prompts="4")),
     # notes that name EAGLE beside a stated 0: a table's "without EAGLE" column
     _row(id="eagle-off", metric="tpot_ms", value="12",
          **dict(RUN, spec_tokens="0", notes="the 'Without EAGLE' value; with EAGLE: 5 ms")),
@@ -92,10 +98,19 @@ variables = "all"
 
 def test_a_row_predicts_what_the_study_of_its_keys_writes(result):
     """The row's point, built from its columns, is the point a study of the same keys
-    evaluates (the study path parses TOML, the validation path a CSV row)."""
+    evaluates (the study path parses TOML, the validation path a CSV row); a row that
+    states num_prompts, the study with that key (its first wave's prefill lengthens the
+    mean TTFT)."""
     _, v = result
-    ds = sweep(parse_study(STUDY.format(cal=default_calibration()), "c8.toml"), progress=False)
+    text = STUDY.format(cal=default_calibration()).replace(
+        "concurrency = 8", "concurrency = 8\nnum_prompts = [0, 80]")
+    runs = sweep(parse_study(text, "c8.toml"), progress=False)
+    ds = runs.sel(num_prompts=0)
     rows = _rows(v)
+    assert rows["run"]["status"] == "scored"
+    assert rows["run"]["predicted"] == pytest.approx(
+        float(runs.ttft_s.sel(num_prompts=80)) * 1e3, rel=1e-9)
+    assert rows["run"]["predicted"] > rows["c8-ttft_ms"]["predicted"]
     expect = {"ttft_ms": float(ds.ttft_s) * 1e3, "tpot_ms": float(ds.tpot_s) * 1e3,
               "itl_ms": float(ds.tpot_s) * 1e3, "e2e_ms": float(ds.e2e_s) * 1e3,
               "ttft_ms_p99": float(ds.ttft_p99_s) * 1e3,
@@ -148,6 +163,8 @@ def test_what_cannot_be_scored_says_why(result):
     # spec_tokens stated as 0 is plain decoding, whatever the notes name: c8's TPOT
     assert rows["eagle-off"]["status"] == "scored"
     assert rows["eagle-off"]["predicted"] == rows["c8-tpot_ms"]["predicted"]
+    assert rows["run-open"]["status"] == "bad_row" and "no concurrency" in rows["run-open"]["note"]
+    assert rows["run-few"]["status"] == "bad_row" and "fewer than" in rows["run-few"]["note"]
     assert rows["mtp-past"]["status"] == "bad_row"
     assert "1 .. spec_tokens + 1" in rows["mtp-past"]["note"]
     assert rows["nim"]["status"] == "scored"
