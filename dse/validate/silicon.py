@@ -42,6 +42,17 @@ What is read, field by field (upstream column -> dse column):
   (and that run's twins) says ``MTP`` in its notes, which leaves it unscored (the
   acceptance is not stated); one that InferenceX ran both with and without says
   ``speculative decoding undetermined``, likewise unscored.
+- the benchmark: InferenceX's runs (``db-dump/...`` and ``source_file=2026-...``) were
+  measured by its ``utils/bench_serving/benchmark_serving.py`` (single node) or
+  srt-slurm's ``sa-bench`` (multi-node): random prompts whose input and output lengths
+  are uniform integers from int(0.8 x) to x of the stated ISL / OSL
+  (``--random-range-ratio 0.8``), ``--num-prompts`` 10 x concurrency, all clients
+  starting together after a warm-up (``--request-rate inf``), the mean TTFT and TPOT
+  over every request (NVIDIA's aisimulate replays these runs so: ``request_count`` =
+  concurrency x 10, ``random_range_ratio`` 0.8). So ``input_len`` / ``output_len`` are
+  those uniforms' means, ``input_len_cv`` / ``output_len_cv`` their spreads, and
+  ``num_prompts`` 10 x concurrency (:func:`inferencex_benchmark`). The other runs
+  (aiconfigurator's own gap analyses) state neither: fixed lengths, the steady state.
 - ``silicon_concurrency`` (in the provenance string) -> ``concurrency``: the benchmark
   client's concurrent requests; where it is missing, an aggregated row's batch x dp.
   Where it is k > 1 whole times an aggregated worker's batch x dp and the worker count is
@@ -302,6 +313,43 @@ def _is_mtp(run: dict, layouts) -> bool:
     return bool(found) and all(r["spec_decoding"] == "mtp" for r in found)
 
 
+# InferenceX's benchmark clients (benchmarks/benchmark_lib.sh run_benchmark_serving and
+# srt-slurm's sa-bench/bench.sh, 2025-09 to 2026-04): --random-range-ratio 0.8 (the
+# workflows' RANDOM_RANGE_RATIO), --num-prompts $((CONC * 10))
+RANGE_RATIO = 0.8
+PROMPTS_PER_CLIENT = 10
+
+
+def is_inferencex(provenance: str) -> bool:
+    """An InferenceX run: the database dump's rows and the 2026 source files'."""
+    return provenance.startswith(("db-dump", "source_file=2026-"))
+
+
+def uniform_lengths(length: int, ratio: float = RANGE_RATIO) -> tuple[float, float]:
+    """(mean, coefficient of variation) of the benchmark's lengths for a stated
+    ``length``: uniform integers from int(length x ratio) to length, both included
+    (``np.random.randint(lower, upper + 1)``)."""
+    lower = int(length * ratio)
+    mean = 0.5 * (lower + length)
+    var = ((length - lower + 1) ** 2 - 1) / 12.0
+    return mean, var ** 0.5 / mean
+
+
+def inferencex_benchmark(out: dict, row: dict, clients) -> list[str]:
+    """Set an InferenceX run's lengths as its benchmark drew them and its requests
+    (:data:`RANGE_RATIO`, :data:`PROMPTS_PER_CLIENT`); the note that says so."""
+    isl, osl = int(float(row["isl"])), int(float(row["osl"]))
+    (inp, inp_cv), (outp, out_cv) = uniform_lengths(isl), uniform_lengths(osl)
+    out.update(input_len=f"{inp:g}", output_len=f"{outp:g}", input_len_cv=f"{inp_cv:.4f}",
+               output_len_cv=f"{out_cv:.4f}")
+    if clients:
+        out["num_prompts"] = PROMPTS_PER_CLIENT * int(clients)
+    return [f"InferenceX benchmark: lengths uniform from int({RANGE_RATIO} x) to x of ISL "
+            f"{isl} / OSL {osl} (--random-range-ratio {RANGE_RATIO}: means {inp:g} / {outp:g}"
+            f"), {PROMPTS_PER_CLIENT} x concurrency requests from a cold start "
+            "(--num-prompts, --request-rate inf)"]
+
+
 def _past_the_batch(clients, batch: int, dp: int) -> bool:
     """An aggregated run whose concurrency is k > 1 whole times its worker's batch x
     attention-DP ranks. aiconfigurator's ``batch_size`` is one worker's; 29 gap-analysis
@@ -371,6 +419,8 @@ def convert_row(row: dict, version: str, lent: tuple[str, ...] = (),
     else:
         raise ValueError(f"mode {mode!r} is not agg or disagg")
     out["concurrency"] = clients
+    if is_inferencex(provenance):
+        notes += inferencex_benchmark(out, row, clients)
     out["notes"] = "; ".join(notes)
     rows = []
     for metric, column in (("ttft_ms", "silicon_ttft_ms"), ("tpot_ms", "silicon_tpot_ms")):

@@ -156,7 +156,7 @@ def test_a_run_with_one_layout_takes_it_and_others_say_why_not(tmp_path):
     assert isinstance(skip, Skip) and skip.status == "unmodelled" and "MTP" in skip.reason
     # 16 decode devices at concurrency 333: InferenceX never ran it; nothing lent
     d = rows["d_c333", "tpot_ms"]
-    assert d["prefill_workers"] == "" and "InferenceX" not in d["notes"]
+    assert d["prefill_workers"] == "" and "layout from InferenceX" not in d["notes"]
     assert isinstance(case(d), Skip) and case(d).status == "unmodelled"
 
 

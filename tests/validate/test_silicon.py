@@ -77,6 +77,24 @@ def test_converted_rows_read_as_load_points(tmp_path):
         4.0, 4.0, 8.0, 8.0)
 
 
+def test_inferencex_runs_take_their_benchmarks_lengths_and_requests(tmp_path):
+    """The MiniMax and Kimi runs come from InferenceX's database: its benchmark clients
+    draw lengths uniformly from int(0.8 x 1,024) = 819 to 1,024 tokens (mean 921.5, SD
+    sqrt((206^2 - 1) / 12) = 59.46, a CV of 0.0645) and run 10 x concurrency requests
+    (5,120 and 40); the Llama run (aiconfigurator's own gap analysis) states neither and
+    keeps its fixed lengths and the steady state. Read as load points, the InferenceX
+    run's knobs carry them."""
+    mm, _, kimi, _, llama, _ = rows = _converted(tmp_path)
+    assert (mm["input_len"], mm["output_len"]) == ("921.5", "921.5")
+    assert float(mm["input_len_cv"]) == float(mm["output_len_cv"]) == 0.0645
+    assert (mm["num_prompts"], kimi["num_prompts"]) == ("5120", "40")
+    assert "--random-range-ratio 0.8" in mm["notes"] and "10 x concurrency" in mm["notes"]
+    assert (llama["input_len"], llama["output_len"], llama["input_len_cv"],
+            llama["num_prompts"]) == ("1024", "128", "", "")
+    k = case(rows[0]).knobs
+    assert (k["input_len"], k["input_len_cv"], k["num_prompts"]) == (921.5, 0.0645, 5120.0)
+
+
 def test_the_shipped_conversion_is_whole():
     """data/measured_silicon.csv: the 5,221 runs of aiconfigurator-core 0.12.0, two rows
     each, every id with its TTFT and its TPOT, positive values."""
