@@ -25,7 +25,11 @@ Metric definitions (../shared/data/README.md):
   ``batch``: the running-batch cap per attention-DP rank), ``max_num_tokens``,
   ``input_len_cv``, ``output_len_cv``, ``prefix_cache_hit``, ``num_prompts`` (the
   requests of a closed-loop benchmark run whose clients start together: its first wave
-  counts), and ``moe_tp`` (a wide-EP layout: tp x dp = moe_tp x ep devices per worker).
+  counts), ``scheduler_recv_interval`` (decode steps between the scheduler's looks for
+  new requests: SGLang's flag), ``memory_reserve`` (the share of device memory the engine
+  leaves unused: 1 - vLLM's ``--gpu-memory-utilization``, 1 - SGLang's
+  ``--mem-fraction-static``), and ``moe_tp`` (a wide-EP layout: tp x dp = moe_tp x ep
+  devices per worker).
   ``input_tokens_per_s`` counts prompt tokens.
 - disaggregated ``serving_latency`` (``serving`` = ``disagg``, the pools' layouts in
   ``prefill_workers``, ``prefill_tp``, ... ``decode_batch``): the whole deployment under
@@ -62,7 +66,7 @@ KINDS = ("train", "infer_decode", "infer_prefill", "serving_throughput", "servin
 LOAD_COLUMNS = ("concurrency", "request_rate", "arrival_cv", "framework", "moe_tp",
                 "max_num_seqs", "max_num_tokens", "input_len_cv", "output_len_cv",
                 "prefix_cache_hit", "spec_tokens", "spec_acceptance", "ep_redundant_experts",
-                "num_prompts")
+                "num_prompts", "scheduler_recv_interval", "memory_reserve")
 # Columns a CSV may add for disaggregated serving_latency rows (dse.formulas.disagg).
 POOL_KEYS = ("workers", "tp", "pp", "dp", "ep", "moe_tp", "batch")
 DISAGG_COLUMNS = ("serving", "pool", *(f"{p}_{k}" for p in ("prefill", "decode")
@@ -654,6 +658,14 @@ def _load_knobs(row, knobs: dict, n_devices: int, framework: str, load: bool = T
         raise ValueError(f"num_prompts {prompts} is fewer than the {clients:g} clients")
     if clients and not prompts and load:
         said.append("the steady state (num_prompts not stated)")
+    recv = _number(row, "scheduler_recv_interval", int, 1)
+    if recv < 1:
+        raise ValueError(f"scheduler_recv_interval {recv} is not a positive number of steps")
+    if (row.get("memory_reserve") or "").strip():
+        reserve = _number(row, "memory_reserve", float)
+        if not 0.0 <= reserve < 1.0:
+            raise ValueError(f"memory_reserve {reserve:g} is not a share in [0, 1)")
+        knobs["memory_reserve"] = reserve
     engine = ALIASES.get(framework, framework)
     knobs.update(_speculation(row),
                  ep_redundant_experts=float(_number(row, "ep_redundant_experts", int, 0)))
@@ -663,7 +675,7 @@ def _load_knobs(row, knobs: dict, n_devices: int, framework: str, load: bool = T
                  request_rate=rate, arrival_cv=arrival, max_num_seqs=float(cap),
                  max_num_tokens=_number(row, "max_num_tokens", float, 0.0),
                  prefix_cache_hit=_number(row, "prefix_cache_hit", float, 0.0),
-                 num_prompts=float(prompts),
+                 num_prompts=float(prompts), scheduler_recv_interval=float(recv),
                  engine=engine if engine in ENGINES else "generic",
                  n_devices=n_devices if (row.get("n_devices") or "").strip()
                  else tp * knobs["pp"] * dp, **cvs)

@@ -87,6 +87,7 @@ from pathlib import Path
 
 from ..catalogue.kernels import AIC_SYSTEMS
 from .inferencex import DEFAULT as INFERENCEX_LAYOUTS
+from .inferencex_scripts import DEFAULT as INFERENCEX_LAUNCH
 from .rows import COLUMNS, DISAGG_COLUMNS, LOAD_COLUMNS
 
 # The catalogue's name of each upstream system (aiconfigurator-core systems/*.yaml).
@@ -350,6 +351,42 @@ def inferencex_benchmark(out: dict, row: dict, clients) -> list[str]:
             "(--num-prompts, --request-rate inf)"]
 
 
+def launch_settings(row: dict, out: dict, launch) -> list[str]:
+    """Set what an aggregated InferenceX run's launch script started its engine with
+    (``launch``: :func:`dse.validate.inferencex_scripts.table`, by run id): the KV-cache
+    dtype, the token budget, the running-batch cap (a worker without attention data
+    parallelism: the flag's per-rank reading is the engine's own otherwise), SGLang's
+    receive interval and the memory the engine leaves unused (vLLM's and SGLang's
+    fractions; TensorRT-LLM's is of the memory left after the weights, not mapped); the
+    notes that say so."""
+    r = launch.get(row["id"]) if launch else None
+    if not r:
+        return []
+    if r["status"] != "ok":
+        return [f"launch settings not read: {r['script']} at {r['commit'][:9]}: {r['status']}"]
+    said = []
+    if r["kv_dtype"] == "fp8":
+        out["precision"] = out["precision"].replace(", bf16 kv", ", fp8 kv")
+        said.append("KV cache fp8")
+    elif r["kv_dtype"] not in ("", "auto"):
+        said.append(f"KV cache {r['kv_dtype']} (read as 16-bit)")
+    if r["max_num_tokens"]:
+        out["max_num_tokens"] = int(float(r["max_num_tokens"]))
+        said.append(f"{out['max_num_tokens']} tokens a step")
+    if r["max_num_seqs"] and str(out.get("dp") or 1) == "1":
+        out["max_num_seqs"] = int(float(r["max_num_seqs"]))
+        said.append(f"at most {out['max_num_seqs']} running")
+    if r["scheduler_recv_interval"] and int(float(r["scheduler_recv_interval"])) > 1:
+        out["scheduler_recv_interval"] = int(float(r["scheduler_recv_interval"]))
+        said.append(f"new requests looked for every {out['scheduler_recv_interval']} "
+                    "decode steps")
+    if r["memory_fraction"] and r["engine"] in ("vllm", "sglang"):
+        out["memory_reserve"] = f"{1.0 - float(r['memory_fraction']):.4g}"
+        said.append(f"memory fraction {r['memory_fraction']}")
+    return [f"launch settings from InferenceX's {r['script']} at {r['commit'][:9]} "
+            f"({r['commit_date']}): " + (", ".join(said) or "the engine's defaults")]
+
+
 def _past_the_batch(clients, batch: int, dp: int) -> bool:
     """An aggregated run whose concurrency is k > 1 whole times its worker's batch x
     attention-DP ranks. aiconfigurator's ``batch_size`` is one worker's; 29 gap-analysis
@@ -362,10 +399,11 @@ def _past_the_batch(clients, batch: int, dp: int) -> bool:
 
 
 def convert_row(row: dict, version: str, lent: tuple[str, ...] = (),
-                layouts=None) -> list[dict]:
+                layouts=None, launch=None) -> list[dict]:
     """The two measured rows (ttft_ms, tpot_ms) of one upstream run (``lent``: what its
     twins say of it, as notes; ``layouts``: InferenceX's launch layouts,
-    :mod:`dse.validate.inferencex`, or None)."""
+    :mod:`dse.validate.inferencex`, or None; ``launch``: its aggregated runs' engine
+    settings by run id, :mod:`dse.validate.inferencex_scripts`, or None)."""
     provenance = row["silicon_data_source"]
     conc = re.search(r"silicon_concurrency=(\d+)", provenance)
     precision, said = _precision(row.get("gemm_quant_mode", ""), row.get("moe_quant_mode", ""))
@@ -421,6 +459,11 @@ def convert_row(row: dict, version: str, lent: tuple[str, ...] = (),
     out["concurrency"] = clients
     if is_inferencex(provenance):
         notes += inferencex_benchmark(out, row, clients)
+        if mode == "agg":
+            set_by_script = launch_settings(row, out, launch)
+            if any("KV cache" in n for n in set_by_script):
+                notes = [n for n in notes if not n.startswith("KV-cache dtype not stated")]
+            notes += set_by_script
     out["notes"] = "; ".join(notes)
     rows = []
     for metric, column in (("ttft_ms", "silicon_ttft_ms"), ("tpot_ms", "silicon_tpot_ms")):
@@ -428,12 +471,13 @@ def convert_row(row: dict, version: str, lent: tuple[str, ...] = (),
     return rows
 
 
-def convert(src, dst, version: str, layouts=None) -> int:
+def convert(src, dst, version: str, layouts=None, launch=None) -> int:
     """Write ``dst`` (the measured schema, two rows per upstream run) from the upstream
     CSV ``src``; returns the number of upstream runs. Written to a temporary file and
     moved into place. ``layouts``: the table of InferenceX's launch layouts
     (``data/inferencex_layouts.csv``) that InferenceX runs take their worker counts
-    and speculative decoding from, or None."""
+    and speculative decoding from, or None; ``launch``: the table of the engine settings
+    of InferenceX's aggregated runs (``data/inferencex_launch.csv``), or None."""
     from ..atomic import atomic_path
     from ..errors import InputError
     src, dst = Path(src), Path(dst)
@@ -445,12 +489,15 @@ def convert(src, dst, version: str, layouts=None) -> int:
                              "the columns of aiconfigurator-core's silicon_sample.csv: "
                              + ", ".join(UPSTREAM_COLUMNS))
         runs = list(reader)
+    if launch is not None:
+        from .inferencex_scripts import table
+        launch = table(str(launch))
     with atomic_path(dst) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, FIELDS, lineterminator="\n")
         writer.writeheader()
         for run, lent in with_twins(runs, layouts):
             try:
-                writer.writerows(convert_row(run, version, tuple(lent), layouts))
+                writer.writerows(convert_row(run, version, tuple(lent), layouts, launch))
             except ValueError as e:  # a mode or value a newer release added
                 raise InputError(str(src), f"row {run['id']}", str(e),
                                  "the modes of dse.validate.silicon: " + ", ".join(QUANT)
@@ -468,6 +515,9 @@ def main(argv=None) -> int:
     p.add_argument("--layouts", default=str(INFERENCEX_LAYOUTS),
                    help="InferenceX's launch layouts (python -m dse.validate.inferencex); "
                    "'' for none")
+    p.add_argument("--launch", default=str(INFERENCEX_LAUNCH),
+                   help="the engine settings of InferenceX's aggregated runs (python -m "
+                   "dse.validate.inferencex_scripts); '' for none")
     a = p.parse_args(argv)
     if a.csv:
         if not a.version:
@@ -484,7 +534,10 @@ def main(argv=None) -> int:
         if a.layouts and not Path(a.layouts).is_file():
             raise InputError(a.layouts, "--layouts", "file not found",
                              "the output of python -m dse.validate.inferencex, or ''")
-        n = convert(src, a.output, version, a.layouts or None)
+        if a.launch and not Path(a.launch).is_file():
+            raise InputError(a.launch, "--launch", "file not found",
+                             "the output of python -m dse.validate.inferencex_scripts, or ''")
+        n = convert(src, a.output, version, a.layouts or None, a.launch or None)
     except InputError as e:
         print(str(e) if str(e).startswith("dse:") else f"dse: error: {e}", file=sys.stderr)
         return 2
