@@ -272,6 +272,11 @@ def dse_layout(r: dict, pool: str) -> dict:
                 moe_tp=max(t // e, 1), workers=int(r[f"{pool}_workers"] or 1))
 
 
+def is_clone(path) -> bool:
+    """A local git clone (a work tree's .git, or a bare repository's HEAD)."""
+    return (Path(path) / ".git").exists() or (Path(path) / "HEAD").is_file()
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m dse.validate.inferencex",
                                 description="Tabulate InferenceX's benchmark layouts from "
@@ -290,8 +295,7 @@ def main(argv=None) -> int:
             print(f"dse: error: {d!r} is not a date (YYYY-MM-DD)", file=sys.stderr)
             return 2
     for clone, what in ((a.repo, "--repo"), (a.recipes, "--recipes")):
-        if clone and not (Path(clone) / ".git").exists() and not (
-                Path(clone) / "HEAD").is_file():
+        if clone and not is_clone(clone):
             print(f"dse: error: {what} {clone}: not a git clone of "
                   + ("SemiAnalysisAI/InferenceX" if what == "--repo" else "NVIDIA/srt-slurm"),
                   file=sys.stderr)

@@ -306,19 +306,15 @@ def main(argv=None) -> int:
                    "installed package's)")
     p.add_argument("-o", "--output", default=str(DEFAULT))
     a = p.parse_args(argv)
-    if not (Path(a.repo) / ".git").exists() and not (Path(a.repo) / "HEAD").is_file():
+    from .inferencex import is_clone
+    from .silicon import missing_upstream, package_csv
+    if not is_clone(a.repo):
         print(f"dse: error: --repo {a.repo}: not a git clone of SemiAnalysisAI/InferenceX",
               file=sys.stderr)
         return 2
-    if a.csv:
-        src = Path(a.csv)
-    else:
-        from .silicon import package_csv
-        src, _ = package_csv()
+    src = Path(a.csv) if a.csv else package_csv()[0]
     if not src.is_file():
-        print(f"dse: error: {src}: file not found (the upstream silicon_sample.csv)",
-              file=sys.stderr)
-        return 2
+        return missing_upstream(src)
     rows = build(a.repo, src)
     write(rows, a.output)
     ok = sum(r["status"] == "ok" for r in rows)

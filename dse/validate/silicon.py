@@ -505,6 +505,13 @@ def convert(src, dst, version: str, layouts=None, launch=None) -> int:
     return len(runs)
 
 
+def missing_upstream(src) -> int:
+    """The one-line error of a command whose upstream silicon_sample.csv is not there."""
+    print(f"dse: error: {src}: file not found (the upstream silicon_sample.csv)",
+          file=sys.stderr)
+    return 2
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m dse.validate.silicon",
                                 description="Convert aiconfigurator-core's "
@@ -526,9 +533,7 @@ def main(argv=None) -> int:
     else:
         src, version = package_csv()
     if not src.is_file():
-        print(f"dse: error: {src}: file not found (the upstream silicon_sample.csv)",
-              file=sys.stderr)
-        return 2
+        return missing_upstream(src)
     from ..errors import InputError
     try:
         if a.layouts and not Path(a.layouts).is_file():

@@ -11,6 +11,8 @@ from dse.validate import inferencex_scripts as S
 from dse.validate.rows import case
 from dse.validate.silicon import convert
 
+from .test_inferencex import HEADER
+
 # A launch script in the style of InferenceX's benchmarks/single_node/*.sh (Apache-2.0):
 # settings computed from TP, CONC and ISL in bash, an engine started in the background
 # with its log redirected, and commands that would write or delete files if they ran.
@@ -97,13 +99,6 @@ def test_a_script_without_an_engine_says_so():
         "no engine launched (exit 3)")
 
 
-HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,"
-          "isl,osl,gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,"
-          "attention_dp_size,moe_tp_size,moe_ep_size,prefill_batch_size,prefill_num_workers,"
-          "prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,prefill_moe_tp_size,"
-          "prefill_moe_ep_size,decode_batch_size,decode_num_workers,decode_tp_size,"
-          "decode_pp_size,decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,"
-          "silicon_ttft_ms,silicon_tpot_ms\n")
 RUN = ("dsr1_b200_sglang_fp8_agg_1024x1024_c64_cfg99,db-dump/2026-04-27; config_id=99; "
        "silicon_concurrency=64; measured=2026-03-01T00:00:00.000Z; workflow_run_id=1; "
        "lmsysorg/sglang:v0.5.9,sglang,0.5.9,deepseek-ai/DeepSeek-R1,b200_sxm,fp8,agg,1024,"
