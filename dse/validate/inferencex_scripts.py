@@ -307,7 +307,7 @@ def main(argv=None) -> int:
     p.add_argument("-o", "--output", default=str(DEFAULT))
     a = p.parse_args(argv)
     from .inferencex import is_clone
-    from .silicon import missing_upstream, package_csv
+    from .upstream import missing_upstream, package_csv
     if not is_clone(a.repo):
         print(f"dse: error: --repo {a.repo}: not a git clone of SemiAnalysisAI/InferenceX",
               file=sys.stderr)

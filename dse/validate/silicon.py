@@ -88,6 +88,7 @@ from pathlib import Path
 from ..catalogue.kernels import AIC_SYSTEMS
 from .inferencex import DEFAULT as INFERENCEX_LAYOUTS
 from .inferencex_scripts import DEFAULT as INFERENCEX_LAUNCH
+from .upstream import missing_upstream, package_csv
 from .rows import COLUMNS, DISAGG_COLUMNS, LOAD_COLUMNS
 
 # The catalogue's name of each upstream system (aiconfigurator-core systems/*.yaml).
@@ -106,19 +107,6 @@ UPSTREAM_COLUMNS = (
         "moe_ep_size")), "silicon_ttft_ms", "silicon_tpot_ms")
 EXTRA_COLUMNS = ("framework_version", "gemm_quant", "moe_quant")
 FIELDS = (*COLUMNS[:-1], *LOAD_COLUMNS, *DISAGG_COLUMNS, *EXTRA_COLUMNS, "notes")
-
-
-def package_csv() -> tuple[Path, str]:
-    """The installed aiconfigurator-core's silicon_sample.csv and the package version."""
-    from importlib.metadata import PackageNotFoundError, version
-    from importlib.resources import files
-    try:
-        path = Path(str(files("aiconfigurator_core") / "systems" / "silicon_sample.csv"))
-        return path, version("aiconfigurator-core")
-    except (ImportError, PackageNotFoundError) as e:
-        print(f"dse: error: aiconfigurator-core is not installed ({e}): pip install "
-              "'dse[silicon]', or pass --csv PATH --version V", file=sys.stderr)
-        raise SystemExit(2) from None
 
 
 def _int(text: str) -> int | None:
@@ -503,13 +491,6 @@ def convert(src, dst, version: str, layouts=None, launch=None) -> int:
                                  "the modes of dse.validate.silicon: " + ", ".join(QUANT)
                                  + "; agg or disagg; numbers in the size columns") from None
     return len(runs)
-
-
-def missing_upstream(src) -> int:
-    """The one-line error of a command whose upstream silicon_sample.csv is not there."""
-    print(f"dse: error: {src}: file not found (the upstream silicon_sample.csv)",
-          file=sys.stderr)
-    return 2
 
 
 def main(argv=None) -> int:
