@@ -230,7 +230,11 @@ def _pooled(p: InferencePoint) -> InferencePoint:
         concurrency=three(p.concurrency, jnp.minimum(p.concurrency, 1.0),
                           p.concurrency / p.decode_workers),
         # a benchmark run's first wave: the prefill pool's queue (disagg.combine)
-        num_prompts=three(p.num_prompts, 0.0 * p.num_prompts, 0.0 * p.num_prompts))
+        num_prompts=three(p.num_prompts, 0.0 * p.num_prompts, 0.0 * p.num_prompts),
+        # a prefill worker decodes nothing: it looks for new requests after every step
+        scheduler_recv_interval=three(p.scheduler_recv_interval,
+                                      0.0 * p.scheduler_recv_interval + 1.0,
+                                      p.scheduler_recv_interval))
     return dataclasses.replace(lead, **pool)
 
 
