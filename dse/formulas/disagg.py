@@ -134,6 +134,10 @@ def burst_queue(clients, prompts, workers_p, service_s, mean_wait, rho):
     b = jnp.where(prompts > 0.0, jnp.clip(clients / jnp.maximum(prompts, 1.0), 0.0, 1.0), 0.0)
     span = jnp.maximum(clients / workers_p - 1.0, 0.0) * service_s
     mean = b * 0.5 * span + (1.0 - b) * mean_wait
+    # the three percentiles on a leading axis (explicitly: no rank promotion)
+    b, span, mean_wait, rho = (jnp.broadcast_to(jnp.asarray(v, mean.dtype), mean.shape)[None]
+                               for v in (b, span, mean_wait, rho))
+    shares = jnp.reshape(jnp.asarray([0.5, 0.9, 0.99], mean.dtype), (3,) + (1,) * mean.ndim)
     safe = jnp.clip(rho, 1e-9, 1.0 - 1e-9)
 
     def cdf(t):
@@ -141,19 +145,17 @@ def burst_queue(clients, prompts, workers_p, service_s, mean_wait, rho):
         steady = jnp.where(mean_wait > 0.0, steady, 1.0)
         return b * jnp.clip(t / jnp.maximum(span, 1e-30), 0.0, 1.0) + (1.0 - b) * steady
 
-    out = []
-    for share in (0.5, 0.9, 0.99):
-        hi = jnp.maximum(span, wait_quantile(mean_wait, rho, share)) + 1e-12
+    steady_q = wait_quantile(mean_wait, rho, shares)
+    hi = jnp.maximum(span, steady_q) + 1e-12
 
-        def step(_, bounds, share=share):
-            lo, hi = bounds
-            mid = 0.5 * (lo + hi)
-            below = cdf(mid) < share
-            return jnp.where(below, mid, lo), jnp.where(below, hi, mid)
+    def step(_, bounds):
+        lo, hi = bounds
+        mid = 0.5 * (lo + hi)
+        below = cdf(mid) < shares
+        return jnp.where(below, mid, lo), jnp.where(below, hi, mid)
 
-        lo, hi = jax.lax.fori_loop(0, BISECTIONS, step, (0.0 * hi, hi))
-        steady_q = wait_quantile(mean_wait, rho, share)
-        out.append(jnp.where(b > 0.0, 0.5 * (lo + hi), steady_q))
+    lo, hi = jax.lax.fori_loop(0, BISECTIONS, step, (0.0 * hi, hi))
+    out = list(jnp.where(b > 0.0, 0.5 * (lo + hi), steady_q))
     return mean, out
 
 

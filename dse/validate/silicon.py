@@ -87,7 +87,7 @@ from pathlib import Path
 
 from ..catalogue.kernels import AIC_SYSTEMS
 from .inferencex import DEFAULT as INFERENCEX_LAYOUTS
-from .inferencex_scripts import DEFAULT as INFERENCEX_LAUNCH
+from .inferencex_scripts import DEFAULT as INFERENCEX_LAUNCH, table as launch_table
 from .upstream import missing_upstream, package_csv
 from .rows import COLUMNS, DISAGG_COLUMNS, LOAD_COLUMNS
 
@@ -478,8 +478,7 @@ def convert(src, dst, version: str, layouts=None, launch=None) -> int:
                              + ", ".join(UPSTREAM_COLUMNS))
         runs = list(reader)
     if launch is not None:
-        from .inferencex_scripts import table
-        launch = table(str(launch))
+        launch = launch_table(str(launch))
     with atomic_path(dst) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, FIELDS, lineterminator="\n")
         writer.writeheader()
